@@ -1,0 +1,460 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/coder/websocket"
+
+	"github.com/meshnode/meshnode/session/compress"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// closeCause says why a connection closes and whether the client is told.
+type closeCause struct {
+	reason wire.CloseReason
+	notify bool   // send session-closing before closing
+	diag   string // session-closing diagnostic
+	err    error  // the transport error, if any
+}
+
+// conn is one accepted connection. Three parties share it:
+//   - the read loop goroutine: waits for bytes, takes a permit, pulls one frame, hands it
+//     to the session-owner actor;
+//   - the write loop goroutine: flushes queued frames and, once the connection starts
+//     closing, runs the teardown (it is the owner of the socket);
+//   - the session-owner actor: runs the application callbacks serially.
+type conn struct {
+	node      *StreamNode
+	host      *Host
+	nc        net.Conn
+	transport string
+	rid       RoutingID
+	peer      *Peer
+	pid       *actor.PID
+	ctx       context.Context // callback context; cancelled after the disconnect callback
+	cancel    context.CancelFunc
+
+	closing    chan struct{} // closed when the connection starts closing: admission stops
+	closeOnce  sync.Once
+	cause      closeCause // written once inside closeOnce, read after closing is closed
+	readerDone chan struct{}
+	done       chan struct{} // closed after the disconnect callback returned
+	extDone    chan struct{} // optional: closed with done (the WebSocket handler waits on it)
+
+	lastInbound atomic.Int64 // unix nanos of the last inbound frame, for the idle timer
+	idleTimer   *time.Timer
+
+	wmu      sync.Mutex
+	wbuf     []byte // frames queued by producers
+	wclosed  bool
+	wnotify  chan struct{} // cap 1: wbuf went from empty to non-empty
+	wdrained chan struct{} // cap 1: the writer flushed, space may be free
+	wspare   []byte        // writer-owned spare buffer
+	wbroken  atomic.Bool   // a socket write failed
+}
+
+// startConn builds the session for an accepted (and handshaken) connection. It returns
+// nil when the host is closing; the connection is then closed.
+func (n *StreamNode) startConn(nc net.Conn, transport string, extDone chan struct{}) *conn {
+	h := n.host
+	c := &conn{
+		node:       n,
+		host:       h,
+		nc:         nc,
+		transport:  transport,
+		rid:        h.routingID(),
+		closing:    make(chan struct{}),
+		readerDone: make(chan struct{}),
+		done:       make(chan struct{}),
+		extDone:    extDone,
+		wnotify:    make(chan struct{}, 1),
+		wdrained:   make(chan struct{}, 1),
+	}
+	c.peer = &Peer{c: c}
+	c.ctx, c.cancel = context.WithCancel(h.baseCtx)
+	if !h.track(c) {
+		c.cancel()
+		_ = nc.Close()
+		return nil
+	}
+	sess := n.sessType.newSession()
+	props := actor.PropsFromProducer(func() actor.Actor { return &ownerActor{c: c, sess: sess} })
+	c.pid = h.system.Root.Spawn(props)
+	h.metrics.opened(transport)
+	if d := n.cfg.idleTimeout; d > 0 {
+		c.lastInbound.Store(time.Now().UnixNano())
+		c.idleTimer = time.AfterFunc(d, c.checkIdle)
+	}
+	go c.readLoop()
+	go c.writeLoop()
+	return c
+}
+
+func (c *conn) isClosing() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// close starts closing the connection for cause; only the first call counts.
+func (c *conn) close(cause closeCause) bool {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.cause = cause
+		if cause.notify {
+			c.wmu.Lock()
+			if !c.wclosed {
+				c.wbuf = appendSessionClosing(c.wbuf, cause.reason, cause.diag)
+			}
+			c.wmu.Unlock()
+		}
+		close(c.closing)
+	})
+	return first
+}
+
+// abort closes at once, without telling the client and without waiting for writes.
+func (c *conn) abort() {
+	c.close(closeCause{reason: wire.CloseServerDrain})
+	_ = c.nc.Close()
+}
+
+func appendSessionClosing(dst []byte, reason wire.CloseReason, diag string) []byte {
+	diag = truncateUTF8(diag, wire.MaxDiagnosticLen)
+	var scratch [wire.MaxDiagnosticLen + 4]byte
+	payload, err := wire.AppendSessionClosing(scratch[:0], wire.SessionClosing{Reason: reason, Diagnostic: diag})
+	if err != nil {
+		return dst
+	}
+	h := wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: wire.NameSessionClosing}
+	out, err := wire.AppendFrame(dst, &h, payload)
+	if err != nil {
+		return dst
+	}
+	return out
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func (c *conn) checkIdle() {
+	if c.isClosing() {
+		return
+	}
+	d := c.node.cfg.idleTimeout
+	idle := time.Since(time.Unix(0, c.lastInbound.Load()))
+	if idle >= d {
+		c.close(closeCause{reason: wire.CloseIdleTimeout, notify: true, diag: "idle timeout"})
+		return
+	}
+	c.idleTimer.Reset(d - idle)
+}
+
+// readLoop is the framework-owned receive loop (seed §4): it waits for bytes without a
+// permit, takes a host-wide permit, and only then pulls one frame. While no permit is
+// free nothing more is read, so the kernel buffers fill and the client stalls in TCP.
+func (c *conn) readLoop() {
+	defer close(c.readerDone)
+	br := bufio.NewReaderSize(c.nc, c.node.socket.ReadBufferSize)
+	maxMsg := c.node.maxMsg
+	for {
+		pre, err := br.Peek(wire.PrefixSize)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		hl, pl := wire.ParsePrefix(pre)
+		total := hl + pl
+		if maxMsg > 0 && total > maxMsg {
+			c.host.metrics.messageTooLarge(c.transport)
+			c.host.log.Warn("EMSGSIZE: inbound message over MaxMessageSize, closing",
+				"node", c.node.cfg.name, "routing_id", uint32(c.rid), "size", total, "max", maxMsg)
+			// Seed §9: no error frame; the client observes only the close.
+			c.close(closeCause{reason: wire.CloseProtocolError, err: ErrMessageTooLarge})
+			return
+		}
+		frameLen := wire.PrefixSize + total
+		fits := frameLen <= br.Size()
+		if fits {
+			// Wait for the whole frame in the receive buffer before asking for a permit,
+			// so a permit is never held while a slow client trickles bytes.
+			if _, err := br.Peek(frameLen); err != nil {
+				c.readFailed(err)
+				return
+			}
+		}
+		if c.isClosing() || !c.host.permits.acquire(c.ctx, c.closing) {
+			return
+		}
+		body := make([]byte, total)
+		if fits {
+			b, _ := br.Peek(frameLen)
+			copy(body, b[wire.PrefixSize:])
+			_, _ = br.Discard(frameLen)
+		} else {
+			_, _ = br.Discard(wire.PrefixSize)
+			if _, err := io.ReadFull(br, body); err != nil {
+				c.host.permits.release()
+				c.readFailed(err)
+				return
+			}
+		}
+		if c.node.cfg.idleTimeout > 0 {
+			c.lastInbound.Store(time.Now().UnixNano())
+		}
+		c.host.metrics.packetIn(frameLen)
+		if !c.admit(hl, body) {
+			return
+		}
+	}
+}
+
+// readFailed classifies a read error. Errors after the connection started closing are
+// the read being cancelled by the teardown and mean nothing.
+func (c *conn) readFailed(err error) {
+	if c.isClosing() {
+		return
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
+		c.close(closeCause{reason: wire.CloseClientClose})
+		return
+	}
+	c.transportError(err)
+}
+
+// transportError reports a transport error of this session to its error callback and
+// closes it (seed §7).
+func (c *conn) transportError(err error) {
+	if c.close(closeCause{reason: wire.CloseTransportError, err: err}) {
+		c.host.system.Root.Send(c.pid, &transportFault{err: err})
+	}
+}
+
+// admit decodes the pulled frame and passes it, with its permit, to the session owner.
+// It returns false when the connection is closing.
+func (c *conn) admit(hl int, body []byte) bool {
+	h, err := wire.DecodeHeader(body[:hl])
+	if err != nil {
+		c.host.permits.release()
+		c.protocolError(err)
+		return false
+	}
+	payload := body[hl:]
+	switch h.Kind {
+	case wire.KindControl:
+		c.handleControl(&h)
+		c.host.permits.release()
+		return true
+	case wire.KindResponse, wire.KindError:
+		// The server sends no requests, so a client reply has nothing to complete.
+		c.host.permits.release()
+		c.host.metrics.dropped(c.transport, "unexpected_reply")
+		return true
+	}
+	if h.Compressed {
+		limit := c.node.maxMsg
+		if limit <= 0 {
+			limit = maxUncappedDecompressed
+		}
+		plain, err := compress.DecodeLZ4(payload, limit)
+		if err != nil {
+			c.host.permits.release()
+			c.decompressFailed(&h, err)
+			return true
+		}
+		payload = plain
+		h.Compressed = false
+	}
+	pkt := &Packet{
+		Kind:          h.Kind,
+		Name:          h.Name,
+		Metadata:      h.Metadata,
+		RequestSeq:    h.RequestSeq,
+		CorrelationID: h.CorrelationID,
+		FlowID:        h.FlowID,
+		FlowOrigin:    h.FlowOrigin,
+		Codec:         h.Codec,
+		Payload:       payload,
+		Peer:          c.peer,
+	}
+	c.host.permits.queued.Add(1)
+	c.host.system.Root.Send(c.pid, pkt)
+	return true
+}
+
+// maxUncappedDecompressed bounds a decompressed payload when MaxMessageSize is 0, so a
+// small container cannot claim an unbounded allocation.
+const maxUncappedDecompressed = 64 << 20
+
+func (c *conn) protocolError(err error) {
+	c.host.metrics.protocolError(c.transport)
+	c.host.log.Debug("stream protocol error, closing", "node", c.node.cfg.name, "routing_id", uint32(c.rid), "err", err)
+	c.close(closeCause{reason: wire.CloseProtocolError, notify: true, diag: err.Error(), err: err})
+}
+
+// decompressFailed handles a payload whose container does not decode: a Request gets a
+// protocol_error reply, a Send is dropped; the connection stays (digest §9.3: malformed
+// request -> ProtocolError, one-way -> record only).
+func (c *conn) decompressFailed(h *wire.Header, err error) {
+	c.host.metrics.dropped(c.transport, "decompression_failed")
+	c.host.log.Debug("stream payload decompression failed", "node", c.node.cfg.name, "routing_id", uint32(c.rid), "err", err)
+	if h.Kind == wire.KindRequest {
+		_ = c.enqueueError(c.ctx, h.RequestSeq, h.CorrelationID, "protocol_error", "payload decompression failed")
+	}
+}
+
+func (c *conn) handleControl(h *wire.Header) {
+	switch h.Name {
+	case wire.NameHeartbeatPing:
+		pong := wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: wire.NameHeartbeatPong}
+		_ = c.enqueue(c.ctx, &pong, nil)
+	case wire.NameHeartbeatPong:
+		// Liveness only; the read itself refreshed the idle clock.
+	default:
+		c.host.metrics.dropped(c.transport, "unknown_control")
+	}
+}
+
+// enqueue queues one frame for the writer. It waits while more than MaxPendingWrite
+// bytes are queued (send-side backpressure) until ctx ends.
+func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte) error {
+	limit := c.node.socket.MaxPendingWrite
+	for {
+		if c.isClosing() {
+			return ErrSessionClosed
+		}
+		c.wmu.Lock()
+		if c.wclosed {
+			c.wmu.Unlock()
+			return ErrSessionClosed
+		}
+		if n := len(c.wbuf); n == 0 || n < limit {
+			out, err := wire.AppendFrame(c.wbuf, h, payload)
+			if err != nil {
+				c.wmu.Unlock()
+				return err
+			}
+			c.wbuf = out
+			c.wmu.Unlock()
+			if n == 0 {
+				select {
+				case c.wnotify <- struct{}{}:
+				default:
+				}
+			}
+			c.host.metrics.packetOut(len(out) - n)
+			return nil
+		}
+		c.wmu.Unlock()
+		select {
+		case <-c.wdrained:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closing:
+			return ErrSessionClosed
+		}
+	}
+}
+
+func (c *conn) enqueueError(ctx context.Context, seq uint64, corr, code, message string) error {
+	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: seq, CorrelationID: corr}
+	return c.enqueue(ctx, &h, c.host.errorPayload(code, message))
+}
+
+// writeLoop flushes queued frames, coalescing whatever producers queued meanwhile into
+// one write (one WebSocket message of whole frames), and owns the teardown.
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.wnotify:
+			c.flush()
+		case <-c.closing:
+			c.teardown()
+			return
+		}
+	}
+}
+
+func (c *conn) flush() {
+	c.wmu.Lock()
+	buf := c.wbuf
+	c.wbuf = c.wspare[:0]
+	c.wmu.Unlock()
+	if len(buf) > 0 && !c.wbroken.Load() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.node.socket.SendTimeout))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.wbroken.Store(true)
+			if !c.isClosing() {
+				c.transportError(err)
+			}
+		}
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil // do not pin a burst-sized buffer for the life of the connection
+	}
+	c.wspare = buf[:0]
+	select {
+	case c.wdrained <- struct{}{}:
+	default:
+	}
+}
+
+// teardown runs once, on the write loop, after the connection started closing (seed
+// §4.1): admission has stopped; queued frames (and session-closing) are written; the
+// in-flight read is cancelled and observed finished; only then is the socket released
+// and the session owner told to run the disconnect callback, its last.
+func (c *conn) teardown() {
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+	c.wmu.Lock()
+	buf := c.wbuf
+	c.wbuf = nil
+	c.wclosed = true
+	c.wmu.Unlock()
+	if len(buf) > 0 && c.cause.notify && !c.wbroken.Load() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(min(c.node.socket.SendTimeout, 2*time.Second)))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.wbroken.Store(true)
+		}
+	}
+	_ = c.nc.SetReadDeadline(time.Now())
+	<-c.readerDone
+	if err := c.nc.Close(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.host.log.Debug("stream socket close", "node", c.node.cfg.name, "routing_id", uint32(c.rid), "err", err)
+	}
+	c.host.metrics.closed(c.transport, c.cause.reason)
+	c.host.system.Root.Send(c.pid, &disconnected{reason: c.cause.reason})
+}
+
+// finished runs on the session owner after the disconnect callback.
+func (c *conn) finished() {
+	c.cancel()
+	close(c.done)
+	if c.extDone != nil {
+		close(c.extDone)
+	}
+	c.host.untrack(c)
+}

@@ -1,0 +1,86 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrConfiguration is matched (errors.Is) by every start-up configuration error.
+var ErrConfiguration = errors.New("stream node configuration error")
+
+// The start-up validations of the STREAM seed §3.2, one error each, plus the ones this
+// implementation adds (bind/advertise identity of digest §11, value rules of §9).
+var (
+	ErrEmptyNodeName          = errors.New("stream node name is empty")
+	ErrDuplicateNodeName      = errors.New("stream node name registered twice")
+	ErrNoBindEndpoint         = errors.New("stream node has no bind endpoint")
+	ErrMultipleSessionTypes   = errors.New("more than one session type registered on one stream node")
+	ErrSessionTypeOnTwoNodes  = errors.New("session type registered on two stream nodes of one host")
+	ErrTLSCertPathEmpty       = errors.New("TLS enabled with an empty certificate path")
+	ErrTLSKeyPathEmpty        = errors.New("TLS enabled with an empty key path")
+	ErrClientCertWithoutTLS   = errors.New("client certificate required without a TLS server")
+	ErrNoSessionType          = errors.New("stream node has no session type")
+	ErrNegativeMaxMessageSize = errors.New("MaxMessageSize is negative")
+	ErrBadEndpoint            = errors.New("invalid bind endpoint")
+	ErrTLSEndpointWithoutTLS  = errors.New("tls:// or wss:// endpoint without a TLS server")
+	ErrNoAdvertiseHost        = errors.New("wildcard bind host without an advertise host")
+	ErrTLSConfig              = errors.New("TLS server configuration unusable")
+	ErrJobQueueLimit          = errors.New("application job queue limit out of range")
+	ErrHostStarted            = errors.New("host already started")
+)
+
+// ConfigError is a start-up configuration error of one stream node (or of the host when
+// Node is empty). errors.Is matches both its cause and ErrConfiguration.
+type ConfigError struct {
+	Node string
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Node == "" {
+		return fmt.Sprintf("stream host: %v", e.Err)
+	}
+	return fmt.Sprintf("stream node %q: %v", e.Node, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Is makes every ConfigError match ErrConfiguration.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfiguration }
+
+// Runtime errors of the session surface.
+var (
+	// ErrSessionClosed is returned by a push, reply or close on a session that is closing
+	// or closed.
+	ErrSessionClosed = errors.New("stream session closed")
+	// ErrNotRequest is returned when a packet that is not a Request is replied to.
+	ErrNotRequest = errors.New("packet is not a request")
+	// ErrAlreadyReplied is returned by a second reply to the same request.
+	ErrAlreadyReplied = errors.New("request already replied")
+	// ErrMessageTooLarge marks an inbound message over MaxMessageSize (EMSGSIZE).
+	ErrMessageTooLarge = errors.New("EMSGSIZE: inbound message over MaxMessageSize")
+	// ErrHostClosed is returned by operations on a host that was shut down.
+	ErrHostClosed = errors.New("stream host closed")
+)
+
+// CodedError is an application error that chooses the code of the Error reply a failed
+// Request gets (digest §2.11). Any other error becomes code internal_failure.
+type CodedError struct {
+	Code    string
+	Message string
+	Err     error
+}
+
+func (e *CodedError) Error() string {
+	if e.Err != nil {
+		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *CodedError) Unwrap() error { return e.Err }
+
+// Errorf returns a CodedError with a formatted message.
+func Errorf(code, format string, args ...any) *CodedError {
+	return &CodedError{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,359 @@
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// HostOptions configures a Host. The zero value is usable.
+type HostOptions struct {
+	// MaxQueuedApplicationJobs is the host-wide permit count (digest §9.2). 0 means the
+	// Balanced profile: 128 per effective processor.
+	MaxQueuedApplicationJobs int
+	// ActorSystem runs the session-owner actors. nil: the host makes and owns one.
+	ActorSystem *actor.ActorSystem
+	// Codecs is the server root's codec registry. nil: codec.NewRegistry().
+	Codecs *codec.Registry
+	// MeterProvider receives the STREAM and job-queue instruments. nil: otel's global.
+	MeterProvider metric.MeterProvider
+	// Logger receives monitoring records. nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Host is one process's STREAM runtime: its stream nodes, the host-wide permit pool
+// and the actor system the sessions run in. Register nodes with AddStreamNode, then
+// Start; Shutdown drains, Close does not.
+type Host struct {
+	opts     HostOptions
+	log      *slog.Logger
+	codecs   *codec.Registry
+	system   *actor.ActorSystem
+	ownSys   bool
+	permits  *permitPool
+	metrics  *metrics
+	builders []*NodeBuilder
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	nodes    []*StreamNode
+	byName   map[string]*StreamNode
+	conns    map[*conn]struct{}
+	connWG   sync.WaitGroup // one per live connection, done after its teardown
+	acceptWG sync.WaitGroup // accept loops and ws servers
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	nextRID    atomic.Uint32
+}
+
+// NewHost returns a host with no stream nodes.
+func NewHost(opts HostOptions) *Host {
+	h := &Host{opts: opts, byName: map[string]*StreamNode{}, conns: map[*conn]struct{}{}}
+	h.log = opts.Logger
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.codecs = opts.Codecs
+	if h.codecs == nil {
+		h.codecs = codec.NewRegistry()
+	}
+	h.baseCtx, h.cancelBase = context.WithCancel(context.Background())
+	return h
+}
+
+// AddStreamNode registers a stream node named name and returns its builder.
+func (h *Host) AddStreamNode(name string) *NodeBuilder {
+	b := &NodeBuilder{name: name, maxMessageSize: DefaultMaxMessageSize}
+	h.mu.Lock()
+	h.builders = append(h.builders, b)
+	h.mu.Unlock()
+	return b
+}
+
+// Codecs returns the server root's codec registry.
+func (h *Host) Codecs() *codec.Registry { return h.codecs }
+
+// ActorSystem returns the actor system the sessions run in (valid after Start).
+func (h *Host) ActorSystem() *actor.ActorSystem { return h.system }
+
+func effectiveProcessors() int {
+	n := runtime.GOMAXPROCS(0)
+	if c := runtime.NumCPU(); c < n {
+		n = c
+	}
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// validate runs every start-up validation without binding anything.
+func (h *Host) validate() ([][]endpoint, int, error) {
+	limit := h.opts.MaxQueuedApplicationJobs
+	if limit == 0 {
+		limit = ProfileBalanced * effectiveProcessors()
+	}
+	if limit < 1 || limit > math.MaxInt32 {
+		return nil, 0, &ConfigError{Err: fmt.Errorf("%w: %d", ErrJobQueueLimit, limit)}
+	}
+	names := map[string]bool{}
+	sessionNodes := map[string]string{}
+	all := make([][]endpoint, 0, len(h.builders))
+	for _, b := range h.builders {
+		eps, err := b.validate()
+		if err != nil {
+			return nil, 0, &ConfigError{Node: b.name, Err: err}
+		}
+		if names[b.name] {
+			return nil, 0, &ConfigError{Node: b.name, Err: ErrDuplicateNodeName}
+		}
+		names[b.name] = true
+		st := b.sessions[0].name
+		if other, ok := sessionNodes[st]; ok {
+			return nil, 0, &ConfigError{Node: b.name, Err: fmt.Errorf("%w: %s also on node %q", ErrSessionTypeOnTwoNodes, st, other)}
+		}
+		sessionNodes[st] = b.name
+		all = append(all, eps)
+	}
+	return all, limit, nil
+}
+
+// Start validates every registered node and, when all are valid, binds their listeners
+// and starts accepting. Nothing is bound when any validation fails.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started || h.closed {
+		return &ConfigError{Err: ErrHostStarted}
+	}
+	all, limit, err := h.validate()
+	if err != nil {
+		return err
+	}
+	tlsConfigs := make([]*tls.Config, len(h.builders))
+	for i, b := range h.builders {
+		if !b.tlsEnabled {
+			continue
+		}
+		cfg, err := loadTLS(b)
+		if err != nil {
+			return &ConfigError{Node: b.name, Err: err}
+		}
+		tlsConfigs[i] = cfg
+	}
+	h.permits = newPermitPool(limit)
+	if h.opts.ActorSystem != nil {
+		h.system = h.opts.ActorSystem
+	} else {
+		h.system = actor.NewActorSystem(actor.WithLoggerFactory(quietActorLogger(h.log)))
+		h.ownSys = true
+	}
+	mp := h.opts.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if h.metrics, err = newMetrics(mp, h); err != nil {
+		return fmt.Errorf("stream host metrics: %w", err)
+	}
+	for i, b := range h.builders {
+		n := newStreamNode(h, b, tlsConfigs[i])
+		if err := n.listen(ctx, all[i]); err != nil {
+			n.closeListeners()
+			for _, prev := range h.nodes {
+				prev.closeListeners()
+			}
+			h.nodes = nil
+			return err
+		}
+		h.nodes = append(h.nodes, n)
+		h.byName[b.name] = n
+	}
+	for _, n := range h.nodes {
+		n.serve()
+	}
+	h.started = true
+	return nil
+}
+
+func quietActorLogger(base *slog.Logger) func(*actor.ActorSystem) *slog.Logger {
+	return func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(levelFloor{base.Handler(), slog.LevelWarn})
+	}
+}
+
+// levelFloor drops records below a level; protoactor logs its life story at Info.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (l levelFloor) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= l.min && l.Handler.Enabled(ctx, lv)
+}
+
+func (l levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{l.Handler.WithAttrs(a), l.min}
+}
+
+func (l levelFloor) WithGroup(g string) slog.Handler {
+	return levelFloor{l.Handler.WithGroup(g), l.min}
+}
+
+func loadTLS(b *NodeBuilder) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(b.certPath, b.keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTLSConfig, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if b.requireClient {
+		pem, err := os.ReadFile(b.clientCAPath)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client CA: %v", ErrTLSConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: client CA %s holds no PEM certificate", ErrTLSConfig, b.clientCAPath)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// Node returns the started stream node called name, or nil.
+func (h *Host) Node(name string) *StreamNode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byName[name]
+}
+
+// Nodes returns the started stream nodes in registration order.
+func (h *Host) Nodes() []*StreamNode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*StreamNode(nil), h.nodes...)
+}
+
+func (h *Host) routingID() RoutingID {
+	for {
+		if id := h.nextRID.Add(1); id != 0 {
+			return RoutingID(id)
+		}
+	}
+}
+
+// track registers a live connection; false when the host is closing.
+func (h *Host) track(c *conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.conns[c] = struct{}{}
+	h.connWG.Add(1)
+	return true
+}
+
+func (h *Host) untrack(c *conn) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+	h.connWG.Done()
+}
+
+// Shutdown drains the host: it stops accepting, sends every session session-closing
+// with reason ServerDrain, and waits until every session has run its disconnect
+// callback. When ctx ends first the remaining connections are closed without waiting
+// for their writes, and ctx's error is returned.
+func (h *Host) Shutdown(ctx context.Context) error {
+	conns, first := h.beginClose()
+	if first {
+		for _, c := range conns {
+			c.close(closeCause{reason: wire.CloseServerDrain, notify: true, diag: "server shutting down"})
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		h.connWG.Wait()
+		h.acceptWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		h.finish()
+		return nil
+	case <-ctx.Done():
+		for _, c := range h.liveConns() {
+			c.abort()
+		}
+		<-done
+		h.finish()
+		return ctx.Err()
+	}
+}
+
+// Close closes every listener and connection at once: sessions get no session-closing
+// frame. It waits for the teardown of every session (disconnect callbacks included).
+func (h *Host) Close() error {
+	h.beginClose()
+	for _, c := range h.liveConns() {
+		c.abort()
+	}
+	h.connWG.Wait()
+	h.acceptWG.Wait()
+	h.finish()
+	return nil
+}
+
+func (h *Host) beginClose() ([]*conn, bool) {
+	h.mu.Lock()
+	first := !h.closed
+	h.closed = true
+	nodes := append([]*StreamNode(nil), h.nodes...)
+	h.mu.Unlock()
+	for _, n := range nodes {
+		n.closeListeners()
+	}
+	return h.liveConns(), first
+}
+
+func (h *Host) liveConns() []*conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*conn, 0, len(h.conns))
+	for c := range h.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (h *Host) finish() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancelBase != nil {
+		h.cancelBase()
+	}
+	if h.metrics != nil {
+		h.metrics.unregister()
+	}
+	if h.ownSys && h.system != nil {
+		h.system.Shutdown()
+		h.ownSys = false
+	}
+}

@@ -1,0 +1,194 @@
+package session
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// meterName is the instrumentation scope of the zlink instruments (digest §10).
+const meterName = "zlink.framework"
+
+// metrics holds the STREAM instruments of digest §10 and meshnode's own. Per-packet
+// figures are plain atomics read by observable instruments, so the packet path pays no
+// instrument call; labels are bounded sets only (transport, close_reason, state,
+// direction, reason), never session ids or packet names.
+type metrics struct {
+	active   metric.Int64UpDownCounter
+	openedC  metric.Int64Counter
+	closedC  metric.Int64Counter
+	tooLarge metric.Int64Counter
+	hsFail   metric.Int64Counter
+	sockErr  metric.Int64Counter
+	protoErr metric.Int64Counter
+	droppedC metric.Int64Counter
+
+	packetsIn, packetsOut, bytesIn, bytesOut atomic.Int64
+
+	transportAttrs sync.Map // transport -> metric.MeasurementOption
+	reg            metric.Registration
+}
+
+func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
+	m := &metrics{}
+	zm := mp.Meter(meterName)
+	mm := mp.Meter("github.com/meshnode/meshnode/session")
+	var err error
+	if m.active, err = zm.Int64UpDownCounter("zlink.stream.connections.active", metric.WithUnit("{connection}"),
+		metric.WithDescription("Open STREAM connections.")); err != nil {
+		return nil, err
+	}
+	if m.openedC, err = zm.Int64Counter("zlink.stream.connections.opened", metric.WithUnit("{connection}"),
+		metric.WithDescription("STREAM connections accepted.")); err != nil {
+		return nil, err
+	}
+	if m.closedC, err = zm.Int64Counter("zlink.stream.connections.closed", metric.WithUnit("{connection}"),
+		metric.WithDescription("STREAM connections closed, by close reason.")); err != nil {
+		return nil, err
+	}
+	if m.tooLarge, err = mm.Int64Counter("meshnode.stream.emsgsize", metric.WithUnit("{message}"),
+		metric.WithDescription("Inbound messages over MaxMessageSize (EMSGSIZE); each closed its connection.")); err != nil {
+		return nil, err
+	}
+	if m.hsFail, err = mm.Int64Counter("meshnode.stream.handshake_failures", metric.WithUnit("{failure}"),
+		metric.WithDescription("TLS or WebSocket handshakes that failed before a session existed.")); err != nil {
+		return nil, err
+	}
+	if m.sockErr, err = mm.Int64Counter("meshnode.stream.socket_errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Listener-level socket errors attributable to no session.")); err != nil {
+		return nil, err
+	}
+	if m.protoErr, err = mm.Int64Counter("meshnode.stream.protocol_errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Malformed inbound frames; each closed its connection with ProtocolError.")); err != nil {
+		return nil, err
+	}
+	if m.droppedC, err = mm.Int64Counter("meshnode.stream.packets.dropped", metric.WithUnit("{packet}"),
+		metric.WithDescription("Inbound frames dropped without closing the connection, by reason.")); err != nil {
+		return nil, err
+	}
+	packets, err := mm.Int64ObservableCounter("meshnode.stream.packets", metric.WithUnit("{packet}"),
+		metric.WithDescription("STREAM frames by direction."))
+	if err != nil {
+		return nil, err
+	}
+	bytes, err := mm.Int64ObservableCounter("meshnode.stream.bytes", metric.WithUnit("By"),
+		metric.WithDescription("STREAM frame bytes (prefix included) by direction."))
+	if err != nil {
+		return nil, err
+	}
+	limit, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.limit", metric.WithUnit("{job}"))
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.jobs", metric.WithUnit("{job}"))
+	if err != nil {
+		return nil, err
+	}
+	waiters, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.capacity_waiters", metric.WithUnit("{waiter}"))
+	if err != nil {
+		return nil, err
+	}
+	waits, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.capacity_waits", metric.WithUnit("{wait}"))
+	if err != nil {
+		return nil, err
+	}
+	waitDur, err := zm.Float64ObservableCounter("zlink.host.application_job_queue.capacity_wait_duration", metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
+	pstate, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.pressure_state", metric.WithUnit("{state}"))
+	if err != nil {
+		return nil, err
+	}
+	ptrans, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.pressure_transitions", metric.WithUnit("{transition}"))
+	if err != nil {
+		return nil, err
+	}
+	pdur, err := zm.Float64ObservableGauge("zlink.host.application_job_queue.pause_duration", metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
+	in := metric.WithAttributes(attribute.String("direction", "in"))
+	out := metric.WithAttributes(attribute.String("direction", "out"))
+	state := func(s string) metric.MeasurementOption { return metric.WithAttributes(attribute.String("state", s)) }
+	m.reg, err = zm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(packets, m.packetsIn.Load(), in)
+		o.ObserveInt64(packets, m.packetsOut.Load(), out)
+		o.ObserveInt64(bytes, m.bytesIn.Load(), in)
+		o.ObserveInt64(bytes, m.bytesOut.Load(), out)
+		s := h.permits.stats()
+		o.ObserveInt64(limit, s.limit)
+		o.ObserveInt64(jobs, s.inUse-s.queued, state("reserved"))
+		o.ObserveInt64(jobs, s.queued, state("queued"))
+		o.ObserveInt64(jobs, s.inUse, state("in_use"))
+		o.ObserveInt64(jobs, s.peak, state("peak"))
+		o.ObserveInt64(waiters, s.waiters)
+		o.ObserveInt64(waits, s.waits)
+		o.ObserveFloat64(waitDur, s.waitSeconds)
+		paused := int64(0)
+		if s.paused {
+			paused = 1
+		}
+		o.ObserveInt64(pstate, 1-paused, state("running"))
+		o.ObserveInt64(pstate, paused, state("paused"))
+		o.ObserveInt64(ptrans, s.toPaused, state("paused"))
+		o.ObserveInt64(ptrans, s.toRunning, state("running"))
+		o.ObserveFloat64(pdur, s.pauseCurrent.Seconds(), state("current"))
+		o.ObserveFloat64(pdur, s.pauseTotal.Seconds(), state("cumulative"))
+		return nil
+	}, packets, bytes, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *metrics) unregister() {
+	if m.reg != nil {
+		_ = m.reg.Unregister()
+	}
+}
+
+func (m *metrics) transport(t string) metric.MeasurementOption {
+	if v, ok := m.transportAttrs.Load(t); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := m.transportAttrs.LoadOrStore(t, metric.WithAttributes(attribute.String("transport", t)))
+	return v.(metric.MeasurementOption)
+}
+
+func (m *metrics) opened(t string) {
+	m.openedC.Add(context.Background(), 1, m.transport(t))
+	m.active.Add(context.Background(), 1, m.transport(t))
+}
+
+func (m *metrics) closed(t string, r wire.CloseReason) {
+	m.active.Add(context.Background(), -1, m.transport(t))
+	m.closedC.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("transport", t), attribute.String("close_reason", r.MetricLabel())))
+}
+
+func (m *metrics) packetIn(n int)  { m.packetsIn.Add(1); m.bytesIn.Add(int64(n)) }
+func (m *metrics) packetOut(n int) { m.packetsOut.Add(1); m.bytesOut.Add(int64(n)) }
+
+func (m *metrics) messageTooLarge(t string) { m.tooLarge.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) handshakeFailure(t string) {
+	m.hsFail.Add(context.Background(), 1, m.transport(t))
+}
+func (m *metrics) socketError(t string)   { m.sockErr.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) protocolError(t string) { m.protoErr.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) dropped(t, reason string) {
+	m.droppedC.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("transport", t), attribute.String("reason", reason)))
+}
+
+// errorPayload encodes the JSON error payload of digest §2.11.
+func (h *Host) errorPayload(code, message string) []byte {
+	return codec.EncodeErrorPayload(code, message)
+}

@@ -1,0 +1,92 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// transportFault carries a transport error to the session owner.
+type transportFault struct{ err error }
+
+// disconnected is the last message a session owner receives.
+type disconnected struct{ reason wire.CloseReason }
+
+// ownerActor is the session-owner actor of one connection: its mailbox is the serial
+// execution gate of the session's callbacks.
+type ownerActor struct {
+	c    *conn
+	sess Session
+}
+
+func (a *ownerActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Packet:
+		// The permit returns at the callback's start (digest §9.3 step 5).
+		a.c.host.permits.queued.Add(-1)
+		a.c.host.permits.release()
+		a.dispatch(m)
+	case *actor.Started:
+		if h, ok := a.sess.(ConnectHandler); ok {
+			a.guard("connect", func() { h.OnConnect(a.c.ctx, a.c.peer) })
+		}
+	case *transportFault:
+		if h, ok := a.sess.(TransportErrorHandler); ok {
+			a.guard("transport error", func() { h.OnTransportError(a.c.ctx, a.c.peer, m.err) })
+		}
+	case *disconnected:
+		if h, ok := a.sess.(DisconnectHandler); ok {
+			a.guard("disconnect", func() { h.OnDisconnect(a.c.ctx, a.c.peer, m.reason) })
+		}
+		a.c.finished()
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// guard runs a lifecycle callback; a panic is logged and goes no further.
+func (a *ownerActor) guard(what string, fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.c.host.log.Error("stream session callback panicked", "callback", what,
+				"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	fn()
+}
+
+// dispatch runs the packet callback. A returned error or a panic is an application
+// failure: a Request not yet replied gets an Error reply; nothing reaches the session's
+// transport-error callback (seed §7).
+func (a *ownerActor) dispatch(pkt *Packet) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.c.host.log.Error("stream session packet callback panicked",
+				"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			a.failRequest(pkt, &CodedError{Code: codec.CodeInternalFailure, Message: "internal failure"})
+		}
+	}()
+	if err := a.sess.OnPacket(a.c.ctx, pkt); err != nil {
+		a.c.host.log.Warn("stream session packet callback failed",
+			"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "kind", pkt.Kind, "err", err)
+		a.failRequest(pkt, err)
+	}
+}
+
+func (a *ownerActor) failRequest(pkt *Packet, err error) {
+	if pkt.Kind != wire.KindRequest {
+		return
+	}
+	code, msg := codec.CodeInternalFailure, "internal failure"
+	var ce *CodedError
+	if errors.As(err, &ce) {
+		code, msg = ce.Code, ce.Message
+	}
+	if rerr := pkt.ReplyError(code, msg); rerr != nil && !errors.Is(rerr, ErrAlreadyReplied) && !errors.Is(rerr, ErrSessionClosed) {
+		a.c.host.log.Warn("stream error reply failed", "node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "err", rerr)
+	}
+}

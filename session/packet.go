@@ -1,0 +1,166 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+
+	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/session/compress"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// Packet is one Send or Request delivered to Session.OnPacket: the dispatch context
+// (kind, name, metadata, request sequence, correlation and flow ids, codec, routing ID
+// through Peer) and the payload, already decompressed. Metadata and Payload belong to
+// the packet; treat them as read-only.
+type Packet struct {
+	Kind          wire.Kind
+	Name          string
+	Metadata      wire.Metadata
+	RequestSeq    uint64
+	CorrelationID string
+	FlowID        string
+	FlowOrigin    wire.FlowOrigin
+	Codec         wire.Codec
+	Payload       []byte
+	// Peer is the connection the packet came from.
+	Peer *Peer
+
+	replied atomic.Bool
+}
+
+// RoutingID returns the peer identity of the connection (digest §11).
+func (p *Packet) RoutingID() RoutingID { return p.Peer.c.rid }
+
+// IsRequest reports whether the packet expects a reply.
+func (p *Packet) IsRequest() bool { return p.Kind == wire.KindRequest }
+
+// Decode converts the payload into v with the server root's codec for p.Codec: the one
+// decode surface whatever the codec.
+func (p *Packet) Decode(v any) error {
+	return p.Peer.c.host.codecs.Unmarshal(p.Codec, p.Payload, v)
+}
+
+// Reply sends the Response to this Request: same request_seq, no name (seed §5). It may
+// be called from any goroutine, once; later calls return ErrAlreadyReplied.
+func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
+	if err := p.consumeReply(); err != nil {
+		return err
+	}
+	h := wire.Header{Kind: wire.KindResponse, Codec: c, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
+	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts)
+}
+
+// ReplyValue marshals v with the request's codec and replies with it.
+func (p *Packet) ReplyValue(v any, opts ...SendOption) error {
+	b, err := p.Peer.c.host.codecs.Marshal(p.Codec, v)
+	if err != nil {
+		return err
+	}
+	return p.Reply(p.Codec, b, opts...)
+}
+
+// ReplyError sends an Error reply {"code","message"} (JSON, digest §2.11).
+func (p *Packet) ReplyError(code, message string) error {
+	if err := p.consumeReply(); err != nil {
+		return err
+	}
+	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
+	return p.Peer.c.enqueue(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message))
+}
+
+// consumeReply takes the one-shot reply token before the transport is touched.
+func (p *Packet) consumeReply() error {
+	if p.Kind != wire.KindRequest {
+		return ErrNotRequest
+	}
+	if !p.replied.CompareAndSwap(false, true) {
+		return ErrAlreadyReplied
+	}
+	return nil
+}
+
+// SendOption adjusts one outbound frame.
+type SendOption func(*sendOptions)
+
+type sendOptions struct {
+	metadata wire.Metadata
+	compress bool
+}
+
+// WithMetadata attaches a metadata block to the frame.
+func WithMetadata(md wire.Metadata) SendOption {
+	return func(o *sendOptions) { o.metadata = md }
+}
+
+// Compressed sends the payload in the LZ4 container (flag 0x04).
+func Compressed() SendOption { return func(o *sendOptions) { o.compress = true } }
+
+func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []SendOption) error {
+	if len(opts) > 0 {
+		var o sendOptions
+		for _, fn := range opts {
+			fn(&o)
+		}
+		h.Metadata = o.metadata
+		if o.compress && len(payload) > 0 {
+			payload = compress.AppendLZ4(nil, payload)
+			h.Compressed = true
+		}
+	}
+	return c.enqueue(ctx, h, payload)
+}
+
+// Peer is the server's handle on one connection. Its methods are safe from any
+// goroutine.
+type Peer struct{ c *conn }
+
+// RoutingID returns the connection's peer identity.
+func (p *Peer) RoutingID() RoutingID { return p.c.rid }
+
+// Node returns the name of the stream node that accepted the connection.
+func (p *Peer) Node() string { return p.c.node.cfg.name }
+
+// Transport returns tcp, tls, ws or wss.
+func (p *Peer) Transport() string { return p.c.transport }
+
+// RemoteAddr returns the client's address.
+func (p *Peer) RemoteAddr() net.Addr { return p.c.nc.RemoteAddr() }
+
+// Codecs returns the server root's codec registry.
+func (p *Peer) Codecs() *codec.Registry { return p.c.host.codecs }
+
+// Done is closed when the connection starts closing.
+func (p *Peer) Done() <-chan struct{} { return p.c.closing }
+
+// Send pushes a Send frame to the client. It returns ErrSessionClosed once the
+// connection is closing, and waits (bounded by ctx) while the connection's write queue
+// is full.
+func (p *Peer) Send(ctx context.Context, name string, c wire.Codec, payload []byte, opts ...SendOption) error {
+	h := wire.Header{Kind: wire.KindSend, Codec: c, Name: name}
+	return p.c.send(ctx, &h, payload, opts)
+}
+
+// SendValue marshals v with codec c and pushes it as a Send frame.
+func (p *Peer) SendValue(ctx context.Context, name string, c wire.Codec, v any, opts ...SendOption) error {
+	b, err := p.c.host.codecs.Marshal(c, v)
+	if err != nil {
+		return err
+	}
+	return p.Send(ctx, name, c, b, opts...)
+}
+
+// Close closes the session: the client gets session-closing with reason and
+// diagnostic (truncated to 512 bytes), then the connection closes. It returns
+// ErrSessionClosed when the session was already closing.
+func (p *Peer) Close(reason wire.CloseReason, diagnostic string) error {
+	if !reason.Valid() {
+		return fmt.Errorf("stream session close: invalid reason %d", reason)
+	}
+	if !p.c.close(closeCause{reason: reason, notify: true, diag: diagnostic}) {
+		return ErrSessionClosed
+	}
+	return nil
+}
