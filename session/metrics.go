@@ -32,7 +32,7 @@ type metrics struct {
 	packetsIn, packetsOut, bytesIn, bytesOut atomic.Int64
 
 	transportAttrs sync.Map // transport -> metric.MeasurementOption
-	reg            metric.Registration
+	regs           []metric.Registration
 }
 
 func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
@@ -117,11 +117,18 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 	in := metric.WithAttributes(attribute.String("direction", "in"))
 	out := metric.WithAttributes(attribute.String("direction", "out"))
 	state := func(s string) metric.MeasurementOption { return metric.WithAttributes(attribute.String("state", s)) }
-	m.reg, err = zm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	reg, err := mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(packets, m.packetsIn.Load(), in)
 		o.ObserveInt64(packets, m.packetsOut.Load(), out)
 		o.ObserveInt64(bytes, m.bytesIn.Load(), in)
 		o.ObserveInt64(bytes, m.bytesOut.Load(), out)
+		return nil
+	}, packets, bytes)
+	if err != nil {
+		return nil, err
+	}
+	m.regs = append(m.regs, reg)
+	reg, err = zm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := h.permits.stats()
 		o.ObserveInt64(limit, s.limit)
 		o.ObserveInt64(jobs, s.inUse-s.queued, state("reserved"))
@@ -142,16 +149,17 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		o.ObserveFloat64(pdur, s.pauseCurrent.Seconds(), state("current"))
 		o.ObserveFloat64(pdur, s.pauseTotal.Seconds(), state("cumulative"))
 		return nil
-	}, packets, bytes, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
+	}, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
 	if err != nil {
 		return nil, err
 	}
+	m.regs = append(m.regs, reg)
 	return m, nil
 }
 
 func (m *metrics) unregister() {
-	if m.reg != nil {
-		_ = m.reg.Unregister()
+	for _, r := range m.regs {
+		_ = r.Unregister()
 	}
 }
 

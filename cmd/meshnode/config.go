@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/meshnode/meshnode/session"
+)
+
+// serveConfig is the binary's configuration, from flags.
+type serveConfig struct {
+	streams        []string
+	tlsCert        string
+	tlsKey         string
+	tlsClientCA    string
+	maxMessageSize int64
+	idleTimeout    time.Duration
+	admin          string
+	drainTimeout   time.Duration
+	logLevel       slog.Level
+	nodeName       string
+}
+
+// Defaults of a bare `meshnode`: loopback only, nothing external.
+var defaultStreams = []string{"tcp://127.0.0.1:7400", "ws://127.0.0.1:7401/"}
+
+const defaultAdmin = "127.0.0.1:9464"
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+	cfg := serveConfig{maxMessageSize: session.DefaultMaxMessageSize}
+	fs := flag.NewFlagSet("meshnode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var streams listFlag
+	var logLevel string
+	fs.Var(&streams, "stream", "STREAM listener endpoint, repeatable: tcp://host:port, tls://host:port, ws://host:port/path, wss://host:port/path (default "+strings.Join(defaultStreams, " and ")+")")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate chain for tls:// and wss:// listeners")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key for tls:// and wss:// listeners")
+	fs.StringVar(&cfg.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, TLS clients must present a certificate it signed")
+	fs.Int64Var(&cfg.maxMessageSize, "max-message-size", session.DefaultMaxMessageSize, "inbound cap on header+payload bytes; 0 = no cap")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 0, "close sessions idle this long (0 = never)")
+	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving /metrics, /healthz, /readyz (empty = off)")
+	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
+	if err := fs.Parse(args); err != nil {
+		return cfg, errUsage
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.streams = streams
+	if len(cfg.streams) == 0 {
+		cfg.streams = defaultStreams
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return cfg, fmt.Errorf("flag --log-level: %w", err)
+	}
+	if cfg.maxMessageSize < 0 {
+		return cfg, errors.New("flag --max-message-size: must be 0 (no cap) or positive")
+	}
+	if cfg.idleTimeout < 0 {
+		return cfg, errors.New("flag --idle-timeout: must not be negative")
+	}
+	if cfg.admin != "" {
+		if _, _, err := net.SplitHostPort(cfg.admin); err != nil {
+			return cfg, fmt.Errorf("flag --admin: %w", err)
+		}
+	}
+	secure := false
+	for _, s := range cfg.streams {
+		if strings.HasPrefix(s, "tls://") || strings.HasPrefix(s, "wss://") {
+			secure = true
+		}
+	}
+	if secure && (cfg.tlsCert == "" || cfg.tlsKey == "") {
+		return cfg, errors.New("flag --stream: tls:// and wss:// endpoints need --tls-cert and --tls-key")
+	}
+	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
+		return cfg, errors.New("flag --tls-client-ca: needs --tls-cert and --tls-key")
+	}
+	return cfg, nil
+}

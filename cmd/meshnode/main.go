@@ -1,0 +1,50 @@
+// Command meshnode runs one meshnode process: STREAM listeners serving the sample
+// session, and an admin HTTP address with /metrics, /healthz and /readyz.
+//
+//	meshnode [flags]            serve (see -h)
+//	meshnode version            print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is stamped by the build (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "meshnode:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// errUsage means the flag package already printed what was wrong.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version":
+			fmt.Fprintln(stdout, "meshnode", version)
+			return nil
+		case "serve":
+			args = args[1:]
+		}
+	}
+	cfg, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, stdout, stderr)
+}
