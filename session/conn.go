@@ -55,7 +55,9 @@ type conn struct {
 	idleTimer   *time.Timer
 
 	wmu      sync.Mutex
-	wbuf     []byte // frames queued by producers
+	wcond    *sync.Cond // on wmu: signalled when a drain ends
+	wbuf     []byte     // frames queued by producers
+	wactive  bool       // a goroutine is draining wbuf to the socket
 	wclosed  bool
 	wnotify  chan struct{} // cap 1: wbuf went from empty to non-empty
 	wdrained chan struct{} // cap 1: the writer flushed, space may be free
@@ -81,6 +83,7 @@ func (n *StreamNode) startConn(nc net.Conn, transport string, extDone chan struc
 		wdrained:   make(chan struct{}, 1),
 	}
 	c.peer = &Peer{c: c}
+	c.wcond = sync.NewCond(&c.wmu)
 	c.ctx, c.cancel = context.WithCancel(h.baseCtx)
 	if !h.track(c) {
 		c.cancel()
@@ -88,7 +91,8 @@ func (n *StreamNode) startConn(nc net.Conn, transport string, extDone chan struc
 		return nil
 	}
 	sess := n.sessType.newSession()
-	props := actor.PropsFromProducer(func() actor.Actor { return &ownerActor{c: c, sess: sess} })
+	props := actor.PropsFromProducer(func() actor.Actor { return &ownerActor{c: c, sess: sess} },
+		actor.WithDispatcher(h.dispatch))
 	c.pid = h.system.Root.Spawn(props)
 	h.metrics.opened(transport)
 	if d := n.cfg.idleTimeout; d > 0 {
@@ -329,7 +333,7 @@ func (c *conn) handleControl(h *wire.Header) {
 	switch h.Name {
 	case wire.NameHeartbeatPing:
 		pong := wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: wire.NameHeartbeatPong}
-		_ = c.enqueue(c.ctx, &pong, nil)
+		_ = c.enqueue(c.ctx, &pong, nil, false)
 	case wire.NameHeartbeatPong:
 		// Liveness only; the read itself refreshed the idle clock.
 	default:
@@ -337,9 +341,13 @@ func (c *conn) handleControl(h *wire.Header) {
 	}
 }
 
-// enqueue queues one frame for the writer. It waits while more than MaxPendingWrite
-// bytes are queued (send-side backpressure) until ctx ends.
-func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte) error {
+// enqueue queues one frame. When direct is true and no write is in progress, the caller
+// writes the queue itself instead of waking the writer goroutine: a reply made in the
+// session's turn then costs no goroutine hand-off. Pushes from other goroutines pass
+// direct=false so a slow client never blocks, say, a broadcast loop. enqueue waits
+// while more than MaxPendingWrite bytes are queued (send-side backpressure) until ctx
+// ends.
+func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, direct bool) error {
 	limit := c.node.socket.MaxPendingWrite
 	for {
 		if c.isClosing() {
@@ -357,14 +365,23 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte) erro
 				return err
 			}
 			c.wbuf = out
-			c.wmu.Unlock()
-			if n == 0 {
-				select {
-				case c.wnotify <- struct{}{}:
-				default:
-				}
-			}
 			c.host.metrics.packetOut(len(out) - n)
+			if c.wactive {
+				// The active writer loops until the queue is empty: it takes this too.
+				c.wmu.Unlock()
+				return nil
+			}
+			if direct {
+				c.wactive = true
+				c.wmu.Unlock()
+				c.drain()
+				return nil
+			}
+			c.wmu.Unlock()
+			select {
+			case c.wnotify <- struct{}{}:
+			default:
+			}
 			return nil
 		}
 		c.wmu.Unlock()
@@ -380,16 +397,22 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte) erro
 
 func (c *conn) enqueueError(ctx context.Context, seq uint64, corr, code, message string) error {
 	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: seq, CorrelationID: corr}
-	return c.enqueue(ctx, &h, c.host.errorPayload(code, message))
+	return c.enqueue(ctx, &h, c.host.errorPayload(code, message), false)
 }
 
-// writeLoop flushes queued frames, coalescing whatever producers queued meanwhile into
-// one write (one WebSocket message of whole frames), and owns the teardown.
+// writeLoop writes what pushes queued and owns the teardown.
 func (c *conn) writeLoop() {
 	for {
 		select {
 		case <-c.wnotify:
-			c.flush()
+			c.wmu.Lock()
+			if c.wactive || c.wclosed || len(c.wbuf) == 0 {
+				c.wmu.Unlock()
+				continue
+			}
+			c.wactive = true
+			c.wmu.Unlock()
+			c.drain()
 		case <-c.closing:
 			c.teardown()
 			return
@@ -397,27 +420,38 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func (c *conn) flush() {
-	c.wmu.Lock()
-	buf := c.wbuf
-	c.wbuf = c.wspare[:0]
-	c.wmu.Unlock()
-	if len(buf) > 0 && !c.wbroken.Load() {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.node.socket.SendTimeout))
-		if _, err := c.nc.Write(buf); err != nil {
-			c.wbroken.Store(true)
-			if !c.isClosing() {
-				c.transportError(err)
+// drain writes the queue until it is empty, coalescing whatever producers queued
+// meanwhile into one write (one WebSocket message of whole frames). The caller set
+// wactive; only one goroutine drains at a time, and it owns wspare while it does.
+func (c *conn) drain() {
+	for {
+		c.wmu.Lock()
+		buf := c.wbuf
+		if len(buf) == 0 || c.wclosed {
+			c.wactive = false
+			c.wcond.Broadcast()
+			c.wmu.Unlock()
+			select {
+			case c.wdrained <- struct{}{}:
+			default:
+			}
+			return
+		}
+		c.wbuf = c.wspare[:0]
+		c.wmu.Unlock()
+		if !c.wbroken.Load() {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.node.socket.SendTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.wbroken.Store(true)
+				if !c.isClosing() {
+					c.transportError(err)
+				}
 			}
 		}
-	}
-	if cap(buf) > 1<<20 {
-		buf = nil // do not pin a burst-sized buffer for the life of the connection
-	}
-	c.wspare = buf[:0]
-	select {
-	case c.wdrained <- struct{}{}:
-	default:
+		if cap(buf) > 1<<20 {
+			buf = nil // do not pin a burst-sized buffer for the life of the connection
+		}
+		c.wspare = buf[:0]
 	}
 }
 
@@ -430,6 +464,10 @@ func (c *conn) teardown() {
 		c.idleTimer.Stop()
 	}
 	c.wmu.Lock()
+	for c.wactive {
+		// An in-flight write completes (or fails on its deadline) before the socket goes.
+		c.wcond.Wait()
+	}
 	buf := c.wbuf
 	c.wbuf = nil
 	c.wclosed = true

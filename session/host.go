@@ -45,6 +45,7 @@ type Host struct {
 	system   *actor.ActorSystem
 	ownSys   bool
 	permits  *permitPool
+	dispatch *workerDispatcher
 	metrics  *metrics
 	builders []*NodeBuilder
 
@@ -158,6 +159,7 @@ func (h *Host) Start(ctx context.Context) error {
 		tlsConfigs[i] = cfg
 	}
 	h.permits = newPermitPool(limit)
+	h.dispatch = newWorkerDispatcher(300)
 	if h.opts.ActorSystem != nil {
 		h.system = h.opts.ActorSystem
 	} else {
@@ -351,6 +353,9 @@ func (h *Host) finish() {
 	}
 	if h.metrics != nil {
 		h.metrics.unregister()
+	}
+	if h.dispatch != nil {
+		h.dispatch.stop()
 	}
 	if h.ownSys && h.system != nil {
 		h.system.Shutdown()

@@ -50,7 +50,7 @@ func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
 		return err
 	}
 	h := wire.Header{Kind: wire.KindResponse, Codec: c, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
-	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts)
+	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts, true)
 }
 
 // ReplyValue marshals v with the request's codec and replies with it.
@@ -68,7 +68,7 @@ func (p *Packet) ReplyError(code, message string) error {
 		return err
 	}
 	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
-	return p.Peer.c.enqueue(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message))
+	return p.Peer.c.enqueue(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), true)
 }
 
 // consumeReply takes the one-shot reply token before the transport is touched.
@@ -98,7 +98,7 @@ func WithMetadata(md wire.Metadata) SendOption {
 // Compressed sends the payload in the LZ4 container (flag 0x04).
 func Compressed() SendOption { return func(o *sendOptions) { o.compress = true } }
 
-func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []SendOption) error {
+func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []SendOption, direct bool) error {
 	if len(opts) > 0 {
 		var o sendOptions
 		for _, fn := range opts {
@@ -110,7 +110,7 @@ func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []
 			h.Compressed = true
 		}
 	}
-	return c.enqueue(ctx, h, payload)
+	return c.enqueue(ctx, h, payload, direct)
 }
 
 // Peer is the server's handle on one connection. Its methods are safe from any
@@ -140,7 +140,7 @@ func (p *Peer) Done() <-chan struct{} { return p.c.closing }
 // is full.
 func (p *Peer) Send(ctx context.Context, name string, c wire.Codec, payload []byte, opts ...SendOption) error {
 	h := wire.Header{Kind: wire.KindSend, Codec: c, Name: name}
-	return p.c.send(ctx, &h, payload, opts)
+	return p.c.send(ctx, &h, payload, opts, false)
 }
 
 // SendValue marshals v with codec c and pushes it as a Send frame.

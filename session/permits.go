@@ -1,6 +1,7 @@
 package session
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -23,22 +24,26 @@ const (
 
 // permitPool is the host-wide application job queue: a counting semaphore whose permit
 // is taken before a packet is pulled from a connection and handed back immediately
-// before the session callback's first instruction (digest §9.3). A buffered channel is
-// the semaphore because blocked senders queue FIFO, which gives the "oldest waiter
-// first" order the spec asks for without a hand-written wait queue.
+// before the session callback's first instruction (digest §9.3).
+//
+// The uncontended path is one CAS each way. Waiters queue FIFO (oldest source first)
+// under mu and are handed a permit directly by release, so a permit freed while
+// sources wait is never grabbed by a newcomer.
 type permitPool struct {
-	sem    chan struct{}
 	limit  int64
 	pauseN int64
 	resume int64
 
+	inUse   atomic.Int64
+	nwait   atomic.Int64 // waiters queued; read by release without the lock
 	queued  atomic.Int64 // permits transferred to a mailbox, callback not yet started
 	peak    atomic.Int64
-	waiters atomic.Int64
 	waits   atomic.Int64
 	waitNs  atomic.Int64
+	waiters list.List // of *permitWaiter, guarded by mu
 
-	mu          sync.Mutex // guards the pressure state machine only
+	mu          sync.Mutex  // guards waiters and the pressure state machine
+	pausedFlag  atomic.Bool // mirror of paused, so the hot path skips the lock
 	paused      bool
 	pausedSince time.Time
 	pausedTotal time.Duration
@@ -46,62 +51,140 @@ type permitPool struct {
 	toRunning   int64
 }
 
+type permitWaiter struct {
+	ready   chan struct{} // closed when the permit was handed over
+	granted bool          // guarded by permitPool.mu
+}
+
 func newPermitPool(limit int) *permitPool {
-	p := &permitPool{
-		sem:    make(chan struct{}, limit),
+	return &permitPool{
 		limit:  int64(limit),
 		pauseN: (int64(limit)*pausePercent + 99) / 100,
 		resume: int64(limit) * resumePercent / 100,
 	}
-	return p
 }
 
 // acquire takes one permit, waiting while none is free. It gives up when ctx is done or
 // stop is closed, and then reports false.
 func (p *permitPool) acquire(ctx context.Context, stop <-chan struct{}) bool {
-	select {
-	case p.sem <- struct{}{}:
-		p.afterAcquire()
-		return true
-	default:
+	if p.nwait.Load() == 0 {
+		for {
+			n := p.inUse.Load()
+			if n >= p.limit {
+				break
+			}
+			if p.inUse.CompareAndSwap(n, n+1) {
+				p.afterAcquire(n + 1)
+				return true
+			}
+		}
 	}
-	p.waiters.Add(1)
+	p.mu.Lock()
+	// Announce the waiter before looking at inUse: a release that decrements after our
+	// look must then see nwait > 0 and hand the permit over (no lost wake-up).
+	p.nwait.Add(1)
+	if p.waiters.Len() == 0 {
+		for {
+			n := p.inUse.Load()
+			if n >= p.limit {
+				break
+			}
+			if p.inUse.CompareAndSwap(n, n+1) {
+				p.nwait.Add(-1)
+				p.mu.Unlock()
+				p.afterAcquire(n + 1)
+				return true
+			}
+		}
+	}
+	w := &permitWaiter{ready: make(chan struct{})}
+	elem := p.waiters.PushBack(w)
+	p.mu.Unlock()
+
 	p.waits.Add(1)
 	start := time.Now()
-	defer func() {
-		p.waiters.Add(-1)
-		p.waitNs.Add(int64(time.Since(start)))
-	}()
+	defer func() { p.waitNs.Add(int64(time.Since(start))) }()
 	select {
-	case p.sem <- struct{}{}:
-		p.afterAcquire()
+	case <-w.ready:
 		return true
 	case <-ctx.Done():
-		return false
 	case <-stop:
+	}
+	p.mu.Lock()
+	if w.granted {
+		// The permit arrived as we gave up: give it back.
+		p.mu.Unlock()
+		p.release()
 		return false
 	}
+	p.waiters.Remove(elem)
+	p.nwait.Add(-1)
+	p.mu.Unlock()
+	return false
 }
 
-func (p *permitPool) afterAcquire() {
-	n := int64(len(p.sem))
+func (p *permitPool) afterAcquire(n int64) {
 	for {
 		old := p.peak.Load()
 		if n <= old || p.peak.CompareAndSwap(old, n) {
 			break
 		}
 	}
-	if n >= p.pauseN {
+	if n >= p.pauseN && !p.pausedFlag.Load() {
 		p.setPaused(true)
 	}
 }
 
-// release returns one permit.
+// release returns one permit, handing it to the oldest waiter if there is one.
 func (p *permitPool) release() {
-	<-p.sem
-	if int64(len(p.sem)) <= p.resume {
+	if p.nwait.Load() > 0 && p.handOver() {
+		return
+	}
+	n := p.inUse.Add(-1)
+	if p.nwait.Load() > 0 {
+		// A waiter queued between our check and the decrement: wake it if a permit is
+		// free for it.
+		p.grantFree()
+	}
+	if n <= p.resume && p.pausedFlag.Load() {
 		p.setPaused(false)
 	}
+}
+
+// handOver passes the caller's permit straight to the oldest waiter.
+func (p *permitPool) handOver() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	front := p.waiters.Front()
+	if front == nil {
+		return false
+	}
+	p.grant(front)
+	return true
+}
+
+// grantFree gives free permits to waiters, oldest first.
+func (p *permitPool) grantFree() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for front := p.waiters.Front(); front != nil; front = p.waiters.Front() {
+		n := p.inUse.Load()
+		if n >= p.limit {
+			return
+		}
+		if !p.inUse.CompareAndSwap(n, n+1) {
+			continue
+		}
+		p.grant(front)
+	}
+}
+
+// grant hands the permit held by the caller to waiter e. mu is held.
+func (p *permitPool) grant(e *list.Element) {
+	w := p.waiters.Remove(e).(*permitWaiter)
+	p.nwait.Add(-1)
+	w.granted = true
+	close(w.ready)
 }
 
 func (p *permitPool) setPaused(paused bool) {
@@ -111,11 +194,12 @@ func (p *permitPool) setPaused(paused bool) {
 		return
 	}
 	// Re-check under the lock: a stale observation must not overwrite a newer state.
-	n := int64(len(p.sem))
+	n := p.inUse.Load()
 	if paused && n < p.pauseN || !paused && n > p.resume {
 		return
 	}
 	p.paused = paused
+	p.pausedFlag.Store(paused)
 	now := time.Now()
 	if paused {
 		p.toPaused++
@@ -126,7 +210,7 @@ func (p *permitPool) setPaused(paused bool) {
 	}
 }
 
-// permitStats is a consistent-enough snapshot for the observable instruments.
+// permitStats is a snapshot for the observable instruments.
 type permitStats struct {
 	limit, inUse, queued, peak, waiters, waits int64
 	waitSeconds                                float64
@@ -138,10 +222,10 @@ type permitStats struct {
 func (p *permitPool) stats() permitStats {
 	s := permitStats{
 		limit:       p.limit,
-		inUse:       int64(len(p.sem)),
+		inUse:       p.inUse.Load(),
 		queued:      p.queued.Load(),
 		peak:        p.peak.Load(),
-		waiters:     p.waiters.Load(),
+		waiters:     p.nwait.Load(),
 		waits:       p.waits.Load(),
 		waitSeconds: time.Duration(p.waitNs.Load()).Seconds(),
 	}

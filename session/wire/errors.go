@@ -30,13 +30,17 @@ const (
 	ViolationMetadataDuplicate
 	ViolationMetadataNUL
 	ViolationMetadataNotUTF8
-	ViolationCorrelationID // length 0, over 64, or not printable ASCII
+	ViolationCorrelationID // length 0, over 64, not printable ASCII, or on a Send
 	ViolationFlowID        // not a lowercase hyphenated UUIDv7
-	ViolationFlowOrigin    // not 1..4
+	ViolationFlowOrigin    // not 1..4, or (encode) a FlowID without an origin
 	ViolationEmptyHeader   // header_len below the 5-byte minimum
 	ViolationClosingVersion
 	ViolationCloseReason
 	ViolationDiagnostic // diag_len over 512, disagrees with the remaining bytes, or not UTF-8
+
+	// Added after the first cut; appended so the numbers above stay put.
+	ViolationMetadataKeyTooLong // encode only: a metadata key over 255 bytes has no u8 length
+	ViolationPayloadTooLarge    // encode only: payload over the u32 payload_len range
 )
 
 var violationNames = [...]string{
@@ -69,6 +73,9 @@ var violationNames = [...]string{
 	ViolationClosingVersion:    "unknown session-closing version",
 	ViolationCloseReason:       "unknown close reason",
 	ViolationDiagnostic:        "invalid session-closing diagnostic",
+
+	ViolationMetadataKeyTooLong: "metadata key over 255 bytes",
+	ViolationPayloadTooLarge:    "payload over 4294967295 bytes",
 }
 
 func (v Violation) String() string {
@@ -78,8 +85,9 @@ func (v Violation) String() string {
 	return fmt.Sprintf("violation(%d)", uint8(v))
 }
 
-// FrameError is a wire rule violation. Offset is the header byte offset where decoding
-// stopped (-1 when it does not apply, e.g. on encode).
+// FrameError is a wire rule violation. Offset is the byte offset of the offending field in
+// the decoded input: the header for DecodeHeader, the payload for DecodeSessionClosing.
+// It is -1 when it does not apply (every encode-side rule).
 type FrameError struct {
 	Violation Violation
 	Offset    int
@@ -92,7 +100,7 @@ func (e *FrameError) Error() string {
 		s += ": " + e.Detail
 	}
 	if e.Offset >= 0 {
-		s += fmt.Sprintf(" (header offset %d)", e.Offset)
+		s += fmt.Sprintf(" (offset %d)", e.Offset)
 	}
 	return s
 }
@@ -138,4 +146,7 @@ var (
 	ErrClosingVersion    = &FrameError{Violation: ViolationClosingVersion, Offset: -1}
 	ErrCloseReason       = &FrameError{Violation: ViolationCloseReason, Offset: -1}
 	ErrDiagnostic        = &FrameError{Violation: ViolationDiagnostic, Offset: -1}
+
+	ErrMetadataKeyTooLong = &FrameError{Violation: ViolationMetadataKeyTooLong, Offset: -1}
+	ErrPayloadTooLarge    = &FrameError{Violation: ViolationPayloadTooLarge, Offset: -1}
 )

@@ -1,0 +1,227 @@
+// Package bench holds the STREAM benchmarks and their baselines, measured in one run so
+// that ratios survive a noisy machine (make bench prints them).
+package bench
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// echoPayload makes the echo request frame 68 bytes, the size of the field notes' floor.
+var echoPayload = []byte(`{"msg":"hello mesh","n":12345678}`)
+
+func requestFrame(tb testing.TB, seq uint64) []byte {
+	tb.Helper()
+	h := wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: seq, Name: "echo"}
+	f, err := wire.AppendFrame(nil, &h, echoPayload)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// readFrame reads one whole frame into buf (grown if needed) without allocating in the
+// steady state.
+func readFrame(br *bufio.Reader, buf []byte) ([]byte, error) {
+	if cap(buf) < wire.PrefixSize {
+		buf = make([]byte, 0, 256)
+	}
+	buf = buf[:wire.PrefixSize]
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return buf, err
+	}
+	hl, pl := wire.ParsePrefix(buf)
+	n := wire.PrefixSize + hl + pl
+	if cap(buf) < n {
+		nb := make([]byte, n)
+		copy(nb, buf)
+		buf = nb
+	}
+	buf = buf[:n]
+	_, err := io.ReadFull(br, buf[wire.PrefixSize:])
+	return buf, err
+}
+
+// startRawEcho is the floor: a bare TCP server that echoes each frame back, flipping
+// the kind to Response, with the same framing work and nothing else.
+func startRawEcho(tb testing.TB) (addr string, stop func()) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				br := bufio.NewReaderSize(c, 16<<10)
+				bw := bufio.NewWriterSize(c, 16<<10)
+				var buf []byte
+				for {
+					var err error
+					buf, err = readFrame(br, buf)
+					if err != nil {
+						return
+					}
+					buf[wire.PrefixSize+1] = byte(wire.KindResponse)
+					if _, err := bw.Write(buf); err != nil {
+						return
+					}
+					if br.Buffered() == 0 {
+						if err := bw.Flush(); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+// startMeshnode starts a session host serving the sample echo session on tcp.
+func startMeshnode(tb testing.TB) (addr string, stop func()) {
+	tb.Helper()
+	h := session.NewHost(session.HostOptions{})
+	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type())
+	if err := h.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return h.Node("bench").BindAddrs()[0], func() { _ = h.Close() }
+}
+
+// pingPong runs b.N request/response round trips on one raw connection with reused
+// buffers, so the client allocates nothing and allocs/op is the server's.
+func pingPong(b *testing.B, addr string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	req := requestFrame(b, 1)
+	br := bufio.NewReaderSize(c, 16<<10)
+	buf := make([]byte, 0, 256)
+	b.SetBytes(int64(len(req)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if buf, err = readFrame(br, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if buf[wire.PrefixSize+1] != byte(wire.KindResponse) {
+		b.Fatalf("reply kind %d", buf[wire.PrefixSize+1])
+	}
+}
+
+// BenchmarkRawTCPPingPong is baseline (a): the floor for one connection.
+func BenchmarkRawTCPPingPong(b *testing.B) {
+	addr, stop := startRawEcho(b)
+	defer stop()
+	pingPong(b, addr)
+}
+
+// BenchmarkServerEchoRawClient is the server's share of one echo round trip: a raw
+// client that allocates nothing, so allocs/op are the server's allocations.
+func BenchmarkServerEchoRawClient(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	pingPong(b, addr)
+}
+
+// parallelPingPong runs conns connections ping-ponging at once, b.N round trips total.
+func parallelPingPong(b *testing.B, addr string, conns int) {
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	req := requestFrame(b, 1)
+	b.SetBytes(int64(len(req)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	per := b.N / conns
+	extra := b.N % conns
+	for i, c := range cs {
+		n := per
+		if i < extra {
+			n++
+		}
+		wg.Add(1)
+		go func(c net.Conn, n int) {
+			defer wg.Done()
+			br := bufio.NewReaderSize(c, 4<<10)
+			buf := make([]byte, 0, 256)
+			var err error
+			for j := 0; j < n; j++ {
+				if _, err = c.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				if buf, err = readFrame(br, buf); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(c, n)
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRawTCP100Conns is baseline for (c): raw aggregate with 100 connections.
+func BenchmarkRawTCP100Conns(b *testing.B) {
+	addr, stop := startRawEcho(b)
+	defer stop()
+	parallelPingPong(b, addr, 100)
+}
+
+// BenchmarkServerEcho100ConnsRawClient: the server with 100 raw connections at once.
+func BenchmarkServerEcho100ConnsRawClient(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	parallelPingPong(b, addr, 100)
+}
