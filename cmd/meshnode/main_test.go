@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// lineWriter hands each written line to a channel, so the test waits on output.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line)
+			return len(p), nil
+		}
+		w.lines <- strings.TrimSpace(line)
+	}
+}
+
+func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &lineWriter{lines: make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, out, io.Discard) }()
+	addrs = map[string]string{}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-out.lines:
+			switch {
+			case strings.HasPrefix(line, "meshnode: admin http://"):
+				addrs["admin"] = strings.Fields(strings.TrimPrefix(line, "meshnode: admin http://"))[0]
+			case strings.HasPrefix(line, "meshnode: stream "):
+				ep := strings.TrimPrefix(line, "meshnode: stream ")
+				addrs[ep[:strings.Index(ep, "://")]] = ep
+			case strings.HasPrefix(line, "meshnode: ready"):
+				return addrs, func() error { cancel(); return <-done }
+			}
+		case err := <-done:
+			cancel()
+			t.Fatalf("meshnode exited early: %v", err)
+		case <-deadline:
+			cancel()
+			t.Fatal("meshnode did not print ready")
+		}
+	}
+}
+
+func readFrame(t *testing.T, br *bufio.Reader) (wire.Header, []byte) {
+	t.Helper()
+	pre := make([]byte, wire.PrefixSize)
+	if _, err := io.ReadFull(br, pre); err != nil {
+		t.Fatalf("read prefix: %v", err)
+	}
+	hl, pl := wire.ParsePrefix(pre)
+	body := make([]byte, hl+pl)
+	if _, err := io.ReadFull(br, body); err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	h, err := wire.DecodeHeader(body[:hl])
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return h, body[hl:]
+}
+
+func frame(t *testing.T, h wire.Header, payload string) []byte {
+	t.Helper()
+	b, err := wire.AppendFrame(nil, &h, []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The binary serves the sample app: echo request, echo send, fail; the admin address
+// answers health, readiness and metrics; cancelling (SIGINT) drains the session with
+// session-closing ServerDrain.
+func TestBinaryServesSampleAppAndDrains(t *testing.T) {
+	addrs, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--stream", "ws://127.0.0.1:0/", "--admin", "127.0.0.1:0")
+	if addrs["ws"] == "" || addrs["tcp"] == "" || addrs["admin"] == "" {
+		t.Fatalf("printed addresses %v", addrs)
+	}
+	nc, err := net.Dial("tcp", strings.TrimPrefix(addrs["tcp"], "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(nc)
+
+	msgpackPayload := "\x81\xa1a\x01"
+	if _, err := nc.Write(frame(t, wire.Header{Kind: wire.KindRequest, Codec: wire.CodecMsgPack, RequestSeq: 1, Name: "echo"}, msgpackPayload)); err != nil {
+		t.Fatal(err)
+	}
+	h, p := readFrame(t, br)
+	if h.Kind != wire.KindResponse || h.RequestSeq != 1 || h.Codec != wire.CodecMsgPack || string(p) != msgpackPayload {
+		t.Fatalf("echo request: %+v %q", h, p)
+	}
+	if _, err := nc.Write(frame(t, wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "echo"}, `{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	h, p = readFrame(t, br)
+	if h.Kind != wire.KindSend || h.Name != "echo" || h.Codec != wire.CodecJSON || string(p) != `{"x":1}` {
+		t.Fatalf("echo send: %+v %q", h, p)
+	}
+	if _, err := nc.Write(frame(t, wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 2, Name: "fail"}, `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	h, p = readFrame(t, br)
+	if h.Kind != wire.KindError || h.RequestSeq != 2 || !strings.Contains(string(p), `"code":"rejected"`) {
+		t.Fatalf("fail: %+v %q", h, p)
+	}
+
+	admin := "http://" + addrs["admin"]
+	if code, _ := httpGet(t, admin+"/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	if code, _ := httpGet(t, admin+"/readyz"); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	_, metrics := httpGet(t, admin+"/metrics")
+	for _, want := range []string{
+		`zlink_stream_connections_opened_total{`, `transport="tcp"`,
+		`zlink_host_application_job_queue_limit`, `meshnode_stream_packets_total{direction="in"`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	h, p = readFrame(t, br)
+	if h.Kind != wire.KindControl || h.Name != wire.NameSessionClosing {
+		t.Fatalf("want session-closing, got %+v", h)
+	}
+	sc, err := wire.DecodeSessionClosing(p)
+	if err != nil || sc.Reason != wire.CloseServerDrain {
+		t.Fatalf("session-closing %+v %v", sc, err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after session-closing: %v, want EOF", err)
+	}
+}
+
+// A wrong flag value fails start-up with a message naming the flag.
+func TestBinaryBadFlagsNameTheFlag(t *testing.T) {
+	cases := map[string][]string{
+		"--max-message-size": {"--max-message-size", "-1"},
+		"--log-level":        {"--log-level", "loud"},
+		"--admin":            {"--admin", "nonsense"},
+		"--stream":           {"--stream", "tls://127.0.0.1:0"},
+		"--tls-client-ca":    {"--tls-client-ca", "ca.pem"},
+	}
+	for flagName, args := range cases {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), flagName) {
+			t.Errorf("%v: error %v does not name %s", args, err, flagName)
+		}
+	}
+	if err := run(context.Background(), []string{"--stream", "udp://127.0.0.1:0", "--admin", ""}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "udp://") {
+		t.Errorf("bad scheme: %v", err)
+	}
+}

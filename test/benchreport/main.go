@@ -1,0 +1,90 @@
+// Command benchreport reads `go test -bench` output on stdin and prints each benchmark
+// against its baseline from the same run, as throughput ratios. Absolute figures drift
+// 2-3x on shared machines; ratios measured in one run hold.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// pair is one measured benchmark and the baseline it is judged against.
+type pair struct {
+	label, bench, baseline string
+	goal                   float64 // minimum throughput ratio, 0 = none
+}
+
+var pairs = []pair{
+	{"(b) connector echo, 1 conn vs (a) raw TCP ping-pong", "ConnectorEcho", "RawTCPPingPong", 0.50},
+	{"server share: raw client echo vs (a) raw TCP ping-pong", "ServerEchoRawClient", "RawTCPPingPong", 0},
+	{"(c) connector echo, 100 conns vs raw TCP 100 conns", "ConnectorEcho100Conns", "RawTCP100Conns", 0.40},
+	{"server share: raw clients, 100 conns vs raw TCP 100 conns", "ServerEcho100ConnsRawClient", "RawTCP100Conns", 0},
+	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0},
+}
+
+type result struct {
+	nsPerOp, allocs float64
+	hasAllocs       bool
+}
+
+func main() {
+	results := map[string]result{}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "Benchmark")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			name = name[:i]
+		}
+		var r result
+		for i := 1; i+1 < len(f); i++ {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				r.nsPerOp = v
+			case "allocs/op":
+				r.allocs, r.hasAllocs = v, true
+			}
+		}
+		if r.nsPerOp > 0 {
+			results[name] = r
+		}
+	}
+	fmt.Println()
+	fmt.Println("ratios (throughput of the benchmark / throughput of its baseline, same run):")
+	for _, p := range pairs {
+		b, okB := results[p.bench]
+		a, okA := results[p.baseline]
+		if !okA || !okB {
+			fmt.Printf("  %-62s  (not measured)\n", p.label)
+			continue
+		}
+		ratio := a.nsPerOp / b.nsPerOp
+		verdict := ""
+		if p.goal > 0 {
+			verdict = fmt.Sprintf("goal >= %.0f%%: ", p.goal*100)
+			if ratio >= p.goal {
+				verdict += "met"
+			} else {
+				verdict += "NOT met"
+			}
+		}
+		fmt.Printf("  %-62s  %5.1f%%  %s\n", p.label, ratio*100, verdict)
+	}
+	if r, ok := results["ServerEchoRawClient"]; ok && r.hasAllocs {
+		verdict := "met"
+		if r.allocs > 8 {
+			verdict = "NOT met"
+		}
+		fmt.Printf("  %-62s  %5.0f    goal <= 8: %s\n", "server allocations per echo round trip", r.allocs, verdict)
+	}
+}
