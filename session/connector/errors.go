@@ -1,0 +1,92 @@
+package connector
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// The error meanings of digest §4.6, for errors.Is. Besides these, a request fails with
+// a *RemoteError for an Error reply, with the context's error when its context is
+// cancelled, and with the codec's error (codec.ErrDecode) when the reply payload does
+// not decode into the caller's value.
+var (
+	// ErrConfiguration: New was given a bad endpoint or bad options.
+	ErrConfiguration = errors.New("connector: configuration error")
+	// ErrValidation: the call's name, metadata or payload breaks a wire rule or the send
+	// bound; nothing was written.
+	ErrValidation = errors.New("connector: validation failed")
+	// ErrDisconnected: there is no live connection, or it dropped while the operation was
+	// in flight. Errors caused by a drop are *CloseError values carrying the reason.
+	ErrDisconnected = errors.New("connector: disconnected")
+	// ErrConnectTimeout: the connect attempt did not finish within ConnectTimeout.
+	ErrConnectTimeout = errors.New("connector: connect timeout")
+	// ErrTLSValidation: the server certificate failed verification, or the server
+	// rejected ours.
+	ErrTLSValidation = errors.New("connector: tls validation failed")
+	// ErrRequestTimeout: no reply before the context deadline or RequestTimeout. These
+	// errors also match context.DeadlineExceeded.
+	ErrRequestTimeout = errors.New("connector: request timeout")
+	// ErrFrameDecode: a frame, header or Error payload could not be decoded.
+	ErrFrameDecode = errors.New("connector: frame decode failed")
+	// ErrFrameTooLarge: an inbound payload (on the wire or decompressed) is over
+	// MaxReceivePayload; the connection is ended.
+	ErrFrameTooLarge = errors.New("connector: frame too large")
+	// ErrCompression: a call asked for compression that this connector cannot do.
+	ErrCompression = errors.New("connector: compression failed")
+	// ErrDecompression: an inbound compressed payload could not be decompressed (or
+	// compression is off); the connection is kept.
+	ErrDecompression = errors.New("connector: decompression failed")
+	// ErrUnexpectedReply: a Response or Error names a request_seq that is not pending
+	// (never sent, or already timed out or cancelled). Reported through OnError.
+	ErrUnexpectedReply = errors.New("connector: reply matches no pending request")
+	// ErrUserCallback: a handler or callback panicked. Reported through OnError.
+	ErrUserCallback = errors.New("connector: user callback failed")
+	// ErrClosed: Close was called; the connector is terminal.
+	ErrClosed = errors.New("connector: closed")
+)
+
+// RemoteError is the failure a server reported with an Error frame (digest §2.11).
+type RemoteError struct {
+	Code    string
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return "connector: remote error " + e.Code + ": " + e.Message
+}
+
+// CloseError is how a drop of the connection reaches the operations it interrupted:
+// Reason is the close reason (from session-closing, else TransportError, or
+// HeartbeatTimeout, or ClientClose when Close was called). It matches ErrDisconnected and
+// whatever Cause matches (ErrClosed after Close, ErrFrameTooLarge, a net error, ...).
+type CloseError struct {
+	Reason     wire.CloseReason
+	Diagnostic string // the session-closing diagnostic, if the server sent one
+	Cause      error  // may be nil
+}
+
+func (e *CloseError) Error() string {
+	s := "connector: disconnected (" + e.Reason.String() + ")"
+	if e.Diagnostic != "" {
+		s += ": " + e.Diagnostic
+	}
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap lets errors.Is see both ErrDisconnected and the cause.
+func (e *CloseError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ErrDisconnected}
+	}
+	return []error{ErrDisconnected, e.Cause}
+}
+
+// validationError marks a wire rule violation found while building an outbound frame.
+func validationError(err error) error {
+	return fmt.Errorf("%w: %w", ErrValidation, err)
+}
