@@ -51,6 +51,11 @@ type conn struct {
 	done       chan struct{} // closed after the disconnect callback returned
 	extDone    chan struct{} // optional: closed with done (the WebSocket handler waits on it)
 
+	br     *bufio.Reader // the receive buffer; owned by the current read loop goroutine
+	turn   atomic.Uint64 // reader epoch << 1 | in-turn bit, see readLoop
+	rescue *time.Timer   // fires rescueReader when a turn holds the read loop too long
+	inline atomic.Bool   // the read loop is posting a packet: the turn may run inline
+
 	lastInbound atomic.Int64 // unix nanos of the last inbound frame, for the idle timer
 	idleTimer   *time.Timer
 
@@ -90,9 +95,12 @@ func (n *StreamNode) startConn(nc net.Conn, transport string, extDone chan struc
 		_ = nc.Close()
 		return nil
 	}
+	c.br = bufio.NewReaderSize(nc, n.socket.ReadBufferSize)
+	c.rescue = time.AfterFunc(time.Hour, c.rescueReader)
+	c.rescue.Stop()
 	sess := n.sessType.newSession()
 	props := actor.PropsFromProducer(func() actor.Actor { return &ownerActor{c: c, sess: sess} },
-		actor.WithDispatcher(h.dispatch))
+		actor.WithDispatcher(sessionDispatcher{c: c}))
 	c.pid = h.system.Root.Spawn(props)
 	h.metrics.opened(transport)
 	if d := n.cfg.idleTimeout; d > 0 {
@@ -178,15 +186,72 @@ func (c *conn) checkIdle() {
 // readLoop is the framework-owned receive loop (seed §4): it waits for bytes without a
 // permit, takes a host-wide permit, and only then pulls one frame. While no permit is
 // free nothing more is read, so the kernel buffers fill and the client stalls in TCP.
+//
+// When the session owner is idle, the read loop's goroutine runs the turn itself (see
+// sessionDispatcher), which saves a goroutine hand-off per packet. A turn that outlasts
+// rescueAfter gets a fresh read loop goroutine, so heartbeats are still answered and
+// the next packets still pulled while a callback blocks; the old goroutine then ends
+// with its turn.
 func (c *conn) readLoop() {
-	defer close(c.readerDone)
-	br := bufio.NewReaderSize(c.nc, c.node.socket.ReadBufferSize)
+	if handedOff := c.readFrames(); !handedOff {
+		close(c.readerDone)
+	}
+}
+
+// Reader turn state: one atomic word, reader epoch << 1 | in-turn bit. The epoch tells
+// a rescued goroutine that another one owns the connection's reading now.
+const turnBit = 1
+
+// rescueAfter is how long a session turn may hold the read loop before another
+// goroutine takes over reading.
+const rescueAfter = 10 * time.Millisecond
+
+// rescueReader runs on the rescue timer: if a turn is still holding the read loop, it
+// moves reading to a new goroutine.
+func (c *conn) rescueReader() {
+	w := c.turn.Load()
+	if w&turnBit == 0 {
+		return
+	}
+	if c.turn.CompareAndSwap(w, (w>>1+1)<<1) {
+		go c.readLoop()
+	}
+}
+
+// deliver hands a packet, with its permit, to the session owner. When nothing more is
+// buffered (the request/response case) the turn may run on this goroutine; when more
+// frames are already waiting (pipelining) the turn goes to a worker so reading and
+// processing overlap. It reports false when a rescue reader took over while the turn
+// ran on this goroutine.
+func (c *conn) deliver(pkt *Packet) bool {
+	c.host.permits.queued.Add(1)
+	if c.br.Buffered() > 0 {
+		c.host.system.Root.Send(c.pid, pkt)
+		return true
+	}
+	w := c.turn.Load() | turnBit
+	c.turn.Store(w)
+	c.rescue.Reset(rescueAfter)
+	c.inline.Store(true)
+	c.host.system.Root.Send(c.pid, pkt)
+	c.inline.Store(false)
+	if !c.turn.CompareAndSwap(w, w&^turnBit) {
+		return false
+	}
+	c.rescue.Stop()
+	return true
+}
+
+// readFrames reads until the connection closes (false) or another goroutine took over
+// reading (true).
+func (c *conn) readFrames() (handedOff bool) {
+	br := c.br
 	maxMsg := c.node.maxMsg
 	for {
 		pre, err := br.Peek(wire.PrefixSize)
 		if err != nil {
 			c.readFailed(err)
-			return
+			return false
 		}
 		hl, pl := wire.ParsePrefix(pre)
 		total := hl + pl
@@ -196,7 +261,7 @@ func (c *conn) readLoop() {
 				"node", c.node.cfg.name, "routing_id", uint32(c.rid), "size", total, "max", maxMsg)
 			// Seed §9: no error frame; the client observes only the close.
 			c.close(closeCause{reason: wire.CloseProtocolError, err: ErrMessageTooLarge})
-			return
+			return false
 		}
 		frameLen := wire.PrefixSize + total
 		fits := frameLen <= br.Size()
@@ -205,11 +270,11 @@ func (c *conn) readLoop() {
 			// so a permit is never held while a slow client trickles bytes.
 			if _, err := br.Peek(frameLen); err != nil {
 				c.readFailed(err)
-				return
+				return false
 			}
 		}
 		if c.isClosing() || !c.host.permits.acquire(c.ctx, c.closing) {
-			return
+			return false
 		}
 		body := make([]byte, total)
 		if fits {
@@ -221,18 +286,29 @@ func (c *conn) readLoop() {
 			if _, err := io.ReadFull(br, body); err != nil {
 				c.host.permits.release()
 				c.readFailed(err)
-				return
+				return false
 			}
 		}
 		if c.node.cfg.idleTimeout > 0 {
 			c.lastInbound.Store(time.Now().UnixNano())
 		}
 		c.host.metrics.packetIn(frameLen)
-		if !c.admit(hl, body) {
-			return
+		switch c.admit(hl, body) {
+		case admitClosed:
+			return false
+		case admitHandedOff:
+			return true
 		}
 	}
 }
+
+type admitResult uint8
+
+const (
+	admitNext      admitResult = iota // go on reading
+	admitClosed                       // the connection is closing
+	admitHandedOff                    // a rescue reader owns reading now
+)
 
 // readFailed classifies a read error. Errors after the connection started closing are
 // the read being cancelled by the teardown and mean nothing.
@@ -257,25 +333,24 @@ func (c *conn) transportError(err error) {
 }
 
 // admit decodes the pulled frame and passes it, with its permit, to the session owner.
-// It returns false when the connection is closing.
-func (c *conn) admit(hl int, body []byte) bool {
+func (c *conn) admit(hl int, body []byte) admitResult {
 	h, err := wire.DecodeHeader(body[:hl])
 	if err != nil {
 		c.host.permits.release()
 		c.protocolError(err)
-		return false
+		return admitClosed
 	}
 	payload := body[hl:]
 	switch h.Kind {
 	case wire.KindControl:
 		c.handleControl(&h)
 		c.host.permits.release()
-		return true
+		return admitNext
 	case wire.KindResponse, wire.KindError:
 		// The server sends no requests, so a client reply has nothing to complete.
 		c.host.permits.release()
 		c.host.metrics.dropped(c.transport, "unexpected_reply")
-		return true
+		return admitNext
 	}
 	if h.Compressed {
 		limit := c.node.maxMsg
@@ -286,7 +361,7 @@ func (c *conn) admit(hl int, body []byte) bool {
 		if err != nil {
 			c.host.permits.release()
 			c.decompressFailed(&h, err)
-			return true
+			return admitNext
 		}
 		payload = plain
 		h.Compressed = false
@@ -303,9 +378,10 @@ func (c *conn) admit(hl int, body []byte) bool {
 		Payload:       payload,
 		Peer:          c.peer,
 	}
-	c.host.permits.queued.Add(1)
-	c.host.system.Root.Send(c.pid, pkt)
-	return true
+	if !c.deliver(pkt) {
+		return admitHandedOff
+	}
+	return admitNext
 }
 
 // maxUncappedDecompressed bounds a decompressed payload when MaxMessageSize is 0, so a
@@ -463,6 +539,7 @@ func (c *conn) teardown() {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
+	c.rescue.Stop()
 	c.wmu.Lock()
 	for c.wactive {
 		// An in-flight write completes (or fails on its deadline) before the socket goes.

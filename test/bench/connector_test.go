@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+func dialConnector(tb testing.TB, addr string) *connector.Connector {
+	tb.Helper()
+	c, err := connector.New("tcp://"+addr, connector.Options{
+		Heartbeat: connector.HeartbeatOptions{Disabled: true},
+		Reconnect: connector.ReconnectPolicy{Disabled: true},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkConnectorEcho is (b): connector request/response echo on one connection.
+func BenchmarkConnectorEcho(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	c := dialConnector(b, addr)
+	defer c.Close()
+	ctx := context.Background()
+	b.SetBytes(int64(len(echoPayload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.RequestRaw(ctx, "echo", wire.CodecJSON, echoPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkConnectorEcho100Conns is (c): 100 connectors echoing at once; b.N round
+// trips in total.
+func BenchmarkConnectorEcho100Conns(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	const conns = 100
+	cs := make([]*connector.Connector, conns)
+	for i := range cs {
+		cs[i] = dialConnector(b, addr)
+		defer cs[i].Close()
+	}
+	ctx := context.Background()
+	b.SetBytes(int64(len(echoPayload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i, c := range cs {
+		n := b.N / conns
+		if i < b.N%conns {
+			n++
+		}
+		wg.Add(1)
+		go func(c *connector.Connector, n int) {
+			defer wg.Done()
+			for j := 0; j < n; j++ {
+				if _, err := c.RequestRaw(ctx, "echo", wire.CodecJSON, echoPayload); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(c, n)
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// counter is a session that counts Sends and signals when the target is reached.
+type counter struct {
+	n      atomic.Int64
+	target atomic.Int64
+	done   chan struct{}
+}
+
+type countingSession struct{ c *counter }
+
+func (s countingSession) OnPacket(_ context.Context, pkt *session.Packet) error {
+	if s.c.n.Add(1) == s.c.target.Load() {
+		close(s.c.done)
+	}
+	return nil
+}
+
+func (c *counter) arm(n int) {
+	c.n.Store(0)
+	c.target.Store(int64(n))
+	c.done = make(chan struct{})
+}
+
+func startCounting(tb testing.TB, c *counter) (string, func()) {
+	tb.Helper()
+	h := session.NewHost(session.HostOptions{})
+	h.AddStreamNode("count").Bind("tcp://127.0.0.1:0").
+		Session(session.NewSessionType(func() countingSession { return countingSession{c} }))
+	if err := h.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return h.Node("count").BindAddrs()[0], func() { _ = h.Close() }
+}
+
+func sendFrame(tb testing.TB) []byte {
+	tb.Helper()
+	h := wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "tick"}
+	f, err := wire.AppendFrame(nil, &h, echoPayload)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// BenchmarkRawTCPPipelined is the floor for (d): one connection, 64 KiB buffered
+// writes of Send frames to a bare server that parses and counts them.
+func BenchmarkRawTCPPipelined(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	counted := make(chan int, 1)
+	target := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReaderSize(c, 64<<10)
+		buf := make([]byte, 0, 256)
+		for want := range target {
+			for i := 0; i < want; i++ {
+				if buf, err = readFrame(br, buf); err != nil {
+					return
+				}
+			}
+			counted <- want
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	defer close(target)
+	frame := sendFrame(b)
+	bw := bufio.NewWriterSize(c, 64<<10)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	target <- b.N
+	for i := 0; i < b.N; i++ {
+		if _, err := bw.Write(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	<-counted
+}
+
+// BenchmarkServerPipelinedRawClient: the same pipelined frames into a meshnode session
+// (permit, actor turn and callback per packet).
+func BenchmarkServerPipelinedRawClient(b *testing.B) {
+	cnt := &counter{}
+	addr, stop := startCounting(b, cnt)
+	defer stop()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	frame := sendFrame(b)
+	bw := bufio.NewWriterSize(c, 64<<10)
+	cnt.arm(b.N)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := bw.Write(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	<-cnt.done
+}
+
+// BenchmarkConnectorPipelinedSend is (d): one-way Sends through the connector, as fast
+// as it accepts them, until the session has counted all of them.
+func BenchmarkConnectorPipelinedSend(b *testing.B) {
+	cnt := &counter{}
+	addr, stop := startCounting(b, cnt)
+	defer stop()
+	c := dialConnector(b, addr)
+	defer c.Close()
+	ctx := context.Background()
+	cnt.arm(b.N)
+	b.SetBytes(int64(len(echoPayload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.SendRaw(ctx, "tick", wire.CodecJSON, echoPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-cnt.done
+}
