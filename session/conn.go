@@ -539,7 +539,8 @@ func (c *conn) teardown() {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
-	c.rescue.Stop()
+	// The rescue timer stays armed: if a callback holds the read loop, the rescue
+	// reader is what observes the closed socket and lets the teardown finish.
 	c.wmu.Lock()
 	for c.wactive {
 		// An in-flight write completes (or fails on its deadline) before the socket goes.

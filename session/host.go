@@ -181,6 +181,11 @@ func (h *Host) Start(ctx context.Context) error {
 				prev.closeListeners()
 			}
 			h.nodes = nil
+			h.byName = map[string]*StreamNode{}
+			h.closed = true // a host whose start failed is not reused
+			h.mu.Unlock()
+			h.finish()
+			h.mu.Lock()
 			return err
 		}
 		h.nodes = append(h.nodes, n)

@@ -3,6 +3,7 @@ package session_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -53,3 +54,37 @@ func TestSmokeEchoOverTCP(t *testing.T) {
 		t.Fatalf("reply %+v payload %q", got, body[hl:])
 	}
 }
+
+// A listener that cannot bind fails Start and leaves nothing bound or running.
+func TestStartFailureReleasesEverything(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeAddr := free.Addr().String()
+	_ = free.Close()
+
+	h := session.NewHost(session.HostOptions{})
+	h.AddStreamNode("a").Bind("tcp://" + freeAddr).Session(sampleapp.Type())
+	h.AddStreamNode("b").Bind("tcp://" + busy.Addr().String()).Session(session.NewSessionType(func() *otherSession { return &otherSession{} }))
+	if err := h.Start(context.Background()); err == nil {
+		t.Fatal("Start succeeded on a busy port")
+	}
+	again, err := net.Listen("tcp", freeAddr)
+	if err != nil {
+		t.Fatalf("first node's port still bound after failed Start: %v", err)
+	}
+	_ = again.Close()
+	if err := h.Start(context.Background()); !errors.Is(err, session.ErrHostStarted) {
+		t.Fatalf("restart of a failed host: %v", err)
+	}
+}
+
+type otherSession struct{}
+
+func (*otherSession) OnPacket(context.Context, *session.Packet) error { return nil }
