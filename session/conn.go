@@ -56,8 +56,9 @@ type conn struct {
 	rescue *time.Timer   // fires rescueReader when a turn holds the read loop too long
 	inline atomic.Bool   // the read loop is posting a packet: the turn may run inline
 
-	lastInbound atomic.Int64 // unix nanos of the last inbound frame, for the idle timer
-	idleTimer   *time.Timer
+	lastInbound   atomic.Int64 // unix nanos of the last inbound frame, for the idle timer
+	waitingPermit atomic.Bool  // the read loop waits for a permit: the idle clock stops
+	idleTimer     *time.Timer
 
 	wmu      sync.Mutex
 	wcond    *sync.Cond // on wmu: signalled when a drain ends
@@ -139,9 +140,11 @@ func (c *conn) close(cause closeCause) bool {
 	return first
 }
 
-// abort closes at once, without telling the client and without waiting for writes.
+// abort closes at once, without telling the client and without waiting for writes,
+// and cancels the callback context so callbacks that honour it return.
 func (c *conn) abort() {
 	c.close(closeCause{reason: wire.CloseServerDrain})
+	c.cancel()
 	_ = c.nc.Close()
 }
 
@@ -170,11 +173,28 @@ func truncateUTF8(s string, n int) string {
 	return s[:n]
 }
 
+// acquirePermit waits for a host-wide permit. While it waits, the idle clock stands
+// still: the client is waiting on us, not idle.
+func (c *conn) acquirePermit() bool {
+	if c.node.cfg.idleTimeout <= 0 {
+		return c.host.permits.acquire(c.ctx, c.closing)
+	}
+	c.waitingPermit.Store(true)
+	ok := c.host.permits.acquire(c.ctx, c.closing)
+	c.lastInbound.Store(time.Now().UnixNano())
+	c.waitingPermit.Store(false)
+	return ok
+}
+
 func (c *conn) checkIdle() {
 	if c.isClosing() {
 		return
 	}
 	d := c.node.cfg.idleTimeout
+	if c.waitingPermit.Load() {
+		c.idleTimer.Reset(d)
+		return
+	}
 	idle := time.Since(time.Unix(0, c.lastInbound.Load()))
 	if idle >= d {
 		c.close(closeCause{reason: wire.CloseIdleTimeout, notify: true, diag: "idle timeout"})
@@ -264,33 +284,37 @@ func (c *conn) readFrames() (handedOff bool) {
 			return false
 		}
 		frameLen := wire.PrefixSize + total
+		// Take the whole frame into user space before asking for a permit, so a permit
+		// is never held while a slow client trickles bytes (one busy connection must
+		// not block the others). A frame that fits the receive buffer waits there; a
+		// larger one (bounded by MaxMessageSize) is read into its own allocation.
+		var body []byte
 		fits := frameLen <= br.Size()
 		if fits {
-			// Wait for the whole frame in the receive buffer before asking for a permit,
-			// so a permit is never held while a slow client trickles bytes.
 			if _, err := br.Peek(frameLen); err != nil {
 				c.readFailed(err)
 				return false
 			}
-		}
-		if c.isClosing() || !c.host.permits.acquire(c.ctx, c.closing) {
-			return false
-		}
-		body := make([]byte, total)
-		if fits {
-			b, _ := br.Peek(frameLen)
-			copy(body, b[wire.PrefixSize:])
-			_, _ = br.Discard(frameLen)
 		} else {
+			body = make([]byte, total)
 			_, _ = br.Discard(wire.PrefixSize)
 			if _, err := io.ReadFull(br, body); err != nil {
-				c.host.permits.release()
 				c.readFailed(err)
 				return false
 			}
 		}
 		if c.node.cfg.idleTimeout > 0 {
+			// Bytes arrived: the client is not idle, however long the permit takes.
 			c.lastInbound.Store(time.Now().UnixNano())
+		}
+		if c.isClosing() || !c.acquirePermit() {
+			return false
+		}
+		if fits {
+			body = make([]byte, total)
+			b, _ := br.Peek(frameLen)
+			copy(body, b[wire.PrefixSize:])
+			_, _ = br.Discard(frameLen)
 		}
 		c.host.metrics.packetIn(frameLen)
 		switch c.admit(hl, body) {

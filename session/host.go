@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/logfloor"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -58,9 +59,11 @@ type Host struct {
 	connWG   sync.WaitGroup // one per live connection, done after its teardown
 	acceptWG sync.WaitGroup // accept loops and ws servers
 
-	baseCtx    context.Context
-	cancelBase context.CancelFunc
-	nextRID    atomic.Uint32
+	baseCtx      context.Context
+	cancelBase   context.CancelFunc
+	acceptCtx    context.Context // handshakes in progress; cancelled when closing starts
+	cancelAccept context.CancelFunc
+	nextRID      atomic.Uint32
 }
 
 // NewHost returns a host with no stream nodes.
@@ -75,6 +78,7 @@ func NewHost(opts HostOptions) *Host {
 		h.codecs = codec.NewRegistry()
 	}
 	h.baseCtx, h.cancelBase = context.WithCancel(context.Background())
+	h.acceptCtx, h.cancelAccept = context.WithCancel(h.baseCtx)
 	return h
 }
 
@@ -200,26 +204,8 @@ func (h *Host) Start(ctx context.Context) error {
 
 func quietActorLogger(base *slog.Logger) func(*actor.ActorSystem) *slog.Logger {
 	return func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(levelFloor{base.Handler(), slog.LevelWarn})
+		return slog.New(logfloor.New(base.Handler(), slog.LevelWarn))
 	}
-}
-
-// levelFloor drops records below a level; protoactor logs its life story at Info.
-type levelFloor struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (l levelFloor) Enabled(ctx context.Context, lv slog.Level) bool {
-	return lv >= l.min && l.Handler.Enabled(ctx, lv)
-}
-
-func (l levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
-	return levelFloor{l.Handler.WithAttrs(a), l.min}
-}
-
-func (l levelFloor) WithGroup(g string) slog.Handler {
-	return levelFloor{l.Handler.WithGroup(g), l.min}
 }
 
 func loadTLS(b *NodeBuilder) (*tls.Config, error) {
@@ -334,6 +320,7 @@ func (h *Host) beginClose() ([]*conn, bool) {
 	h.closed = true
 	nodes := append([]*StreamNode(nil), h.nodes...)
 	h.mu.Unlock()
+	h.cancelAccept() // handshakes in progress make no new sessions
 	for _, n := range nodes {
 		n.closeListeners()
 	}

@@ -168,7 +168,7 @@ func (n *StreamNode) tuneTCP(nc net.Conn) {
 func (n *StreamNode) handshakeTLS(l *listener, raw net.Conn) {
 	defer n.host.acceptWG.Done()
 	tc := tls.Server(raw, n.tlsConfig)
-	ctx, cancel := context.WithTimeout(n.host.baseCtx, n.socket.HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(n.host.acceptCtx, n.socket.HandshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
