@@ -1,0 +1,64 @@
+// Package actor hosts application Actors on a mesh node: Actor kinds, activations (one
+// protoactor actor each, whose mailbox serialises the Actor's turns), ActorRefs and
+// route fences, the directory that says where an ActorId lives (activating it on
+// demand where placement puts it), and Actor-to-Actor messages across nodes carried by
+// service-wire record 24.
+package actor
+
+import (
+	"fmt"
+
+	"github.com/meshnode/meshnode/mesh"
+)
+
+// Ref names one activation of an Actor: its ActorId and the ObjectGeneration of that
+// activation. A new activation of the same ActorId gets a new, larger generation.
+type Ref struct {
+	ID               string
+	ObjectGeneration uint64
+}
+
+func (r Ref) String() string { return fmt.Sprintf("%s@%d", r.ID, r.ObjectGeneration) }
+
+// RouteFence is where an activation lives and under which authority (digest §6.3): the
+// node lifecycle that owns it, the authority owner generation of that ownership and the
+// owner's lease generation. A message sent with a fence is delivered only while every
+// part of it is current.
+type RouteFence struct {
+	Ref
+	Node                     mesh.NodeID
+	AuthorityOwnerGeneration uint64
+	OwnerLeaseGeneration     uint64
+}
+
+func (f RouteFence) String() string {
+	return fmt.Sprintf("%s on %s (authority %d, lease %d)", f.Ref, f.Node, f.AuthorityOwnerGeneration, f.OwnerLeaseGeneration)
+}
+
+// Message is an application message between Actors: a name, a content type and the
+// encoded bytes, so that it can cross nodes unchanged.
+type Message struct {
+	Name        string
+	ContentType string
+	Data        []byte
+	// From is the sending Actor, when an Actor sent it.
+	From *Ref
+}
+
+// Started is the first message of every activation.
+type Started struct{}
+
+// Stopping is the last message of an activation before it is stopped.
+type Stopping struct{}
+
+// Actor is the application's Actor: one method, called once per message, never
+// concurrently for one activation.
+type Actor interface {
+	Receive(ctx *Context)
+}
+
+// Kind is a named Actor implementation.
+type Kind struct {
+	Name string
+	New  func() Actor
+}

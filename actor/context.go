@@ -1,0 +1,33 @@
+package actor
+
+import (
+	"context"
+)
+
+// Context is what an Actor sees during one turn.
+type Context struct {
+	context.Context
+	host *Host
+	act  *activation
+	msg  any
+}
+
+// Message returns the message of this turn: Started, Stopping, or a *Message.
+func (c *Context) Message() any { return c.msg }
+
+// Self returns this activation's route fence.
+func (c *Context) Self() RouteFence { return c.act.fence }
+
+// Kind returns this activation's kind name.
+func (c *Context) Kind() string { return c.act.kind }
+
+// Host returns the node's Actor host.
+func (c *Context) Host() *Host { return c.host }
+
+// Send sends msg to the activation named by to, from this Actor. Sends from one Actor
+// to one target are delivered in send order.
+func (c *Context) Send(to RouteFence, msg Message) error {
+	self := c.act.fence.Ref
+	msg.From = &self
+	return c.host.Send(c, to, msg)
+}

@@ -1,0 +1,318 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync"
+
+	proto "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// Errors of Actor hosting and lookup.
+var (
+	ErrUnknownKind  = errors.New("actor: unknown kind")
+	ErrKindMismatch = errors.New("actor: ActorId is active under another kind")
+	ErrUnavailable  = errors.New("actor: unavailable")
+	ErrStale        = errors.New("actor: stale route fence")
+	ErrNotFound     = errors.New("actor: not active")
+	ErrBadID        = errors.New("actor: invalid ActorId")
+	ErrClosed       = errors.New("actor: host closed")
+)
+
+// HostOptions configures a Host.
+type HostOptions struct {
+	// Directory answers where Actors live. nil: the embedded rendezvous directory.
+	Directory Directory
+	Logger    *slog.Logger
+}
+
+// Host runs the Actors of one mesh node.
+type Host struct {
+	node   *mesh.Node
+	system *proto.ActorSystem
+	log    *slog.Logger
+	dir    Directory
+
+	mu     sync.Mutex
+	kinds  map[string]Kind
+	acts   map[string]*activation // by ActorId
+	closed bool
+
+	unsubscribe func()
+	dirPID      *proto.PID
+}
+
+// activation is one live Actor.
+type activation struct {
+	kind     string
+	explicit bool
+	fence    RouteFence
+	pid      *proto.PID
+}
+
+// ActiveActor describes one activation for operators (/v1/actors).
+type ActiveActor struct {
+	ID               string `json:"id"`
+	Kind             string `json:"kind"`
+	ObjectGeneration uint64 `json:"objectGeneration"`
+}
+
+// NewHost starts the Actor host of node: it receives record 24, serves directory
+// lookups from other nodes and follows membership to give up Actors that placement
+// moves elsewhere.
+func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
+	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}}
+	if h.log == nil {
+		h.log = node.Logger()
+	}
+	h.dir = opts.Directory
+	if h.dir == nil {
+		h.dir = &RendezvousDirectory{host: h}
+	}
+	pid, err := h.system.Root.SpawnNamed(proto.PropsFromProducer(func() proto.Actor { return &directoryActor{h: h} }), directoryActorName)
+	if err != nil {
+		return nil, fmt.Errorf("actor: directory actor: %w", err)
+	}
+	h.dirPID = pid
+	node.Handle(wire.CmdActorSend, h.receiveActorSend)
+	h.unsubscribe = node.Subscribe(h.onMembership)
+	return h, nil
+}
+
+// Node returns the mesh node the host runs on.
+func (h *Host) Node() *mesh.Node { return h.node }
+
+// Register adds an Actor kind.
+func (h *Host) Register(k Kind) error {
+	if k.Name == "" || k.New == nil {
+		return fmt.Errorf("actor: kind needs a name and a factory")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, dup := h.kinds[k.Name]; dup {
+		return fmt.Errorf("actor: kind %q registered twice", k.Name)
+	}
+	h.kinds[k.Name] = k
+	return nil
+}
+
+// Lookup returns where the Actor id of kind lives, activating it where placement puts
+// it when it is not active.
+func (h *Host) Lookup(ctx context.Context, kind, id string) (RouteFence, error) {
+	return h.dir.Lookup(ctx, kind, id, "")
+}
+
+// LookupOn is Lookup with explicit placement on the node rid.
+func (h *Host) LookupOn(ctx context.Context, kind, id, rid string) (RouteFence, error) {
+	return h.dir.Lookup(ctx, kind, id, rid)
+}
+
+// Active lists this node's activations.
+func (h *Host) Active() []ActiveActor {
+	h.mu.Lock()
+	out := make([]ActiveActor, 0, len(h.acts))
+	for id, a := range h.acts {
+		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration})
+	}
+	h.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Close stops every activation.
+func (h *Host) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	acts := h.acts
+	h.acts = map[string]*activation{}
+	h.mu.Unlock()
+	h.unsubscribe()
+	for _, a := range acts {
+		_ = h.system.Root.StopFuture(a.pid).Wait()
+	}
+	_ = h.system.Root.StopFuture(h.dirPID).Wait()
+}
+
+// activateLocalPlaced returns the local activation of id, creating it if needed.
+// explicit marks an activation placed here on request, which membership changes do not
+// move.
+func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, error) {
+	if id == "" || len(id) > 255 {
+		return RouteFence{}, fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return RouteFence{}, ErrClosed
+	}
+	if a, ok := h.acts[id]; ok {
+		if a.kind != kind {
+			return RouteFence{}, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, id, a.kind)
+		}
+		return a.fence, nil
+	}
+	k, ok := h.kinds[kind]
+	if !ok {
+		return RouteFence{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	}
+	gen := mesh.NewGeneration()
+	self := h.node.ID()
+	a := &activation{kind: kind, explicit: explicit, fence: RouteFence{
+		Ref:  Ref{ID: id, ObjectGeneration: gen},
+		Node: self,
+		// The authority owner generation of a fresh activation is its activation time
+		// on the mesh-wide generation clock: after a failover the new owner activates
+		// later, so its authority generation is higher than the failed owner's.
+		AuthorityOwnerGeneration: gen,
+		OwnerLeaseGeneration:     self.Generation,
+	}}
+	impl := k.New()
+	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} })
+	pid, err := h.system.Root.SpawnNamed(props, "actor/"+kind+"/"+id)
+	if err != nil {
+		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
+	}
+	a.pid = pid
+	h.acts[id] = a
+	return a.fence, nil
+}
+
+func (h *Host) local(id string) (*activation, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.acts[id]
+	return a, ok
+}
+
+// Deactivate stops the local activation of id, if any.
+func (h *Host) Deactivate(id string) {
+	h.mu.Lock()
+	a, ok := h.acts[id]
+	if ok {
+		delete(h.acts, id)
+	}
+	h.mu.Unlock()
+	if ok {
+		h.system.Root.Stop(a.pid)
+	}
+}
+
+// Send sends msg to the activation named by to. To an Actor on another node it is one
+// record 24; a fence whose node lifecycle is not a live member fails with
+// ErrUnavailable and is never re-sent elsewhere.
+func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
+	if to.Node == h.node.ID() {
+		a, ok := h.local(to.ID)
+		if !ok {
+			return fmt.Errorf("%w: %s", ErrNotFound, to.Ref)
+		}
+		if !fenceMatches(a.fence, to) {
+			return fmt.Errorf("%w: %s, current %s", ErrStale, to, a.fence)
+		}
+		m := msg
+		h.system.Root.Send(a.pid, &m)
+		return nil
+	}
+	if !h.node.IsLive(to.Node) {
+		return fmt.Errorf("%w: %s is not a live member", ErrUnavailable, to.Node)
+	}
+	rec, err := actorSendRecord(to, msg)
+	if err != nil {
+		return err
+	}
+	if err := h.node.Send(to.Node, rec); err != nil {
+		if errors.Is(err, mesh.ErrUnavailable) {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func fenceMatches(cur, want RouteFence) bool {
+	return cur.ObjectGeneration == want.ObjectGeneration &&
+		cur.Node == want.Node &&
+		cur.AuthorityOwnerGeneration == want.AuthorityOwnerGeneration
+}
+
+// receiveActorSend delivers an inbound record 24 into the target's mailbox once its
+// fence is current.
+func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
+	to, msg, ok := decodeActorSend(rec)
+	if !ok {
+		h.log.Warn("actor: record 24 without a usable body", "from", from.String())
+		return
+	}
+	a, found := h.local(to.ID)
+	if !found || !fenceMatches(a.fence, to) {
+		h.log.Debug("actor: record 24 for a stale fence dropped", "from", from.String(), "target", to.String())
+		return
+	}
+	h.system.Root.Send(a.pid, msg)
+}
+
+// onMembership gives up activations that placement now puts on another node, so a
+// lookup there does not leave two live activations of one ActorId.
+func (h *Host) onMembership(ev mesh.MemberEvent) {
+	if ev.Type != mesh.EventJoined {
+		return
+	}
+	rd, ok := h.dir.(*RendezvousDirectory)
+	if !ok {
+		return
+	}
+	members := h.node.LiveMembers()
+	var moved []string
+	h.mu.Lock()
+	for id, a := range h.acts {
+		if a.explicit {
+			continue
+		}
+		if owner := rd.ownerOf(id, members); owner.RID != h.node.ID().RID {
+			moved = append(moved, id)
+		}
+	}
+	h.mu.Unlock()
+	for _, id := range moved {
+		h.Deactivate(id)
+	}
+}
+
+// shell adapts an application Actor to a protoactor actor.
+type shell struct {
+	h    *Host
+	act  *activation
+	impl Actor
+}
+
+func (s *shell) Receive(pctx proto.Context) {
+	var msg any
+	switch m := pctx.Message().(type) {
+	case *proto.Started:
+		msg = Started{}
+	case *proto.Stopping:
+		msg = Stopping{}
+	case *Message:
+		msg = m
+	default:
+		return
+	}
+	ctx := &Context{Context: context.Background(), host: s.h, act: s.act, msg: msg}
+	defer func() {
+		if r := recover(); r != nil {
+			s.h.log.Error("actor turn panicked", "actor", s.act.fence.Ref.String(), "kind", s.act.kind, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	s.impl.Receive(ctx)
+}

@@ -1,0 +1,374 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MemberState is a member's state as this node sees it.
+type MemberState string
+
+const (
+	StateAlive   MemberState = "alive"
+	StateSuspect MemberState = "suspect" // a member that does not answer this node's probe
+	StateDead    MemberState = "dead"    // failed: died without leaving
+	StateLeft    MemberState = "left"    // left gracefully
+)
+
+// Member is one node lifecycle known to the mesh.
+type Member struct {
+	ID            NodeID
+	MeshAddr      string // memberlist host:port
+	RemoteAddr    string // protoactor remote host:port
+	AdvertiseHost string
+	State         MemberState
+}
+
+// EventType says what happened to a member.
+type EventType int
+
+const (
+	EventJoined EventType = iota + 1
+	EventLeft
+	EventFailed
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventJoined:
+		return "joined"
+	case EventLeft:
+		return "left"
+	case EventFailed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// MemberEvent is a membership change: a node lifecycle joined, left or failed.
+type MemberEvent struct {
+	Type   EventType
+	Member Member
+}
+
+// memberTable is an immutable snapshot; membership swaps in a new one per change so
+// the record path reads it without locks.
+type memberTable struct {
+	byRID map[string]Member // current lifecycle per RID, in any state
+}
+
+// maxDeparted bounds how many departed members the table remembers for /v1/members.
+const maxDeparted = 256
+
+// membership owns the memberlist instance, the member table and the event queue.
+type membership struct {
+	self  NodeID
+	log   *slog.Logger
+	list  *memberlist.Memberlist
+	table atomic.Pointer[memberTable]
+
+	metaMu sync.Mutex
+	meta   []byte
+
+	// Raw memberlist notifications are queued and applied by one goroutine, so
+	// delegates never block memberlist and subscribers see events in order.
+	qmu    sync.Mutex
+	qcond  *sync.Cond
+	queue  []rawEvent
+	closed bool
+	done   chan struct{}
+
+	smu      sync.Mutex
+	subs     map[int]func(MemberEvent)
+	nextSub  int
+	departed []string // RIDs in departure order, for pruning
+
+	joined   chan struct{}
+	joinOnce sync.Once
+}
+
+type rawKind int
+
+const (
+	rawJoin rawKind = iota
+	rawLeave
+	rawUpdate
+)
+
+type rawEvent struct {
+	kind rawKind
+	node memberlist.Node // copy
+}
+
+func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
+	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{})}
+	m.qcond = sync.NewCond(&m.qmu)
+	m.table.Store(&memberTable{byRID: map[string]Member{}})
+	go m.run()
+	return m
+}
+
+// memberlist.Delegate: only the metadata matters to us.
+func (m *membership) NodeMeta(limit int) []byte {
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	return m.meta
+}
+
+func (m *membership) setMeta(b []byte) {
+	m.metaMu.Lock()
+	m.meta = b
+	m.metaMu.Unlock()
+}
+func (m *membership) NotifyMsg([]byte)                           {}
+func (m *membership) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (m *membership) LocalState(join bool) []byte                { return nil }
+func (m *membership) MergeRemoteState(buf []byte, join bool)     {}
+
+// memberlist.EventDelegate.
+func (m *membership) NotifyJoin(n *memberlist.Node)   { m.push(rawJoin, n) }
+func (m *membership) NotifyLeave(n *memberlist.Node)  { m.push(rawLeave, n) }
+func (m *membership) NotifyUpdate(n *memberlist.Node) { m.push(rawUpdate, n) }
+
+func (m *membership) push(k rawKind, n *memberlist.Node) {
+	cp := *n
+	cp.Meta = bytes.Clone(n.Meta)
+	m.qmu.Lock()
+	if !m.closed {
+		m.queue = append(m.queue, rawEvent{kind: k, node: cp})
+		m.qcond.Signal()
+	}
+	m.qmu.Unlock()
+}
+
+func (m *membership) run() {
+	defer close(m.done)
+	for {
+		m.qmu.Lock()
+		for len(m.queue) == 0 && !m.closed {
+			m.qcond.Wait()
+		}
+		if m.closed && len(m.queue) == 0 {
+			m.qmu.Unlock()
+			return
+		}
+		batch := m.queue
+		m.queue = nil
+		m.qmu.Unlock()
+		for _, ev := range batch {
+			m.apply(ev)
+		}
+	}
+}
+
+func (m *membership) stop() {
+	m.qmu.Lock()
+	m.closed = true
+	m.qcond.Broadcast()
+	m.qmu.Unlock()
+	<-m.done
+}
+
+// apply turns one memberlist notification into table changes and member events.
+func (m *membership) apply(ev rawEvent) {
+	meta, err := decodeMeta(ev.node.Meta)
+	if err != nil {
+		m.log.Warn("mesh: ignoring member with unreadable metadata", "name", ev.node.Name, "err", err)
+		return
+	}
+	mem := Member{
+		ID:            NodeID{RID: meta.RID, Generation: meta.Generation},
+		MeshAddr:      ev.node.Address(),
+		RemoteAddr:    meta.RemoteAddr,
+		AdvertiseHost: meta.AdvertiseHost,
+		State:         StateAlive,
+	}
+	old := m.table.Load()
+	prev, had := old.byRID[mem.ID.RID]
+	var events []MemberEvent
+	switch ev.kind {
+	case rawJoin, rawUpdate:
+		if had && prev.ID.Generation == mem.ID.Generation && prev.State == StateAlive {
+			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr {
+				return // nothing we track changed
+			}
+		} else {
+			if had && prev.ID.Generation != mem.ID.Generation && (prev.State == StateAlive || prev.State == StateSuspect) {
+				// A restart that memberlist saw as an update: the old lifecycle is over.
+				prev.State = StateDead
+				events = append(events, MemberEvent{Type: EventFailed, Member: prev})
+			}
+			events = append(events, MemberEvent{Type: EventJoined, Member: mem})
+		}
+	case rawLeave:
+		if had && prev.ID.Generation > mem.ID.Generation {
+			return // a late notice about an earlier lifecycle
+		}
+		mem.State = StateDead
+		typ := EventFailed
+		if meta.Leaving {
+			mem.State = StateLeft
+			typ = EventLeft
+		}
+		if had && prev.ID.Generation == mem.ID.Generation && (prev.State == StateDead || prev.State == StateLeft) {
+			return
+		}
+		events = append(events, MemberEvent{Type: typ, Member: mem})
+	}
+	next := &memberTable{byRID: make(map[string]Member, len(old.byRID)+1)}
+	for k, v := range old.byRID {
+		next.byRID[k] = v
+	}
+	next.byRID[mem.ID.RID] = mem
+	if mem.State == StateDead || mem.State == StateLeft {
+		m.departed = append(m.departed, mem.ID.RID)
+		for len(m.departed) > maxDeparted {
+			rid := m.departed[0]
+			m.departed = m.departed[1:]
+			if e, ok := next.byRID[rid]; ok && (e.State == StateDead || e.State == StateLeft) {
+				delete(next.byRID, rid)
+			}
+		}
+	}
+	m.table.Store(next)
+	for _, e := range events {
+		if e.Member.ID.RID != m.self.RID && e.Type == EventJoined {
+			m.joinOnce.Do(func() { close(m.joined) })
+		}
+		m.log.Info("mesh: member "+e.Type.String(), "rid", e.Member.ID.RID, "generation", e.Member.ID.Generation, "addr", e.Member.MeshAddr)
+		m.emit(e)
+	}
+}
+
+func (m *membership) emit(e MemberEvent) {
+	m.smu.Lock()
+	subs := make([]func(MemberEvent), 0, len(m.subs))
+	keys := make([]int, 0, len(m.subs))
+	for k := range m.subs {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	for _, k := range keys {
+		subs = append(subs, m.subs[k])
+	}
+	m.smu.Unlock()
+	for _, fn := range subs {
+		fn(e)
+	}
+}
+
+func (m *membership) subscribe(fn func(MemberEvent)) func() {
+	m.smu.Lock()
+	id := m.nextSub
+	m.nextSub++
+	m.subs[id] = fn
+	m.smu.Unlock()
+	return func() {
+		m.smu.Lock()
+		delete(m.subs, id)
+		m.smu.Unlock()
+	}
+}
+
+// lookup returns the current lifecycle of rid.
+func (m *membership) lookup(rid string) (Member, bool) {
+	mem, ok := m.table.Load().byRID[rid]
+	return mem, ok
+}
+
+// live reports whether id is the current lifecycle of a member that has not departed.
+func (m *membership) live(id NodeID) (Member, bool) {
+	mem, ok := m.lookup(id.RID)
+	if !ok || mem.ID.Generation != id.Generation || mem.State == StateDead || mem.State == StateLeft {
+		return Member{}, false
+	}
+	return mem, true
+}
+
+// members returns every known member sorted by RID.
+func (m *membership) members() []Member {
+	t := m.table.Load()
+	out := make([]Member, 0, len(t.byRID))
+	for _, mem := range t.byRID {
+		out = append(out, mem)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.RID < out[j].ID.RID })
+	return out
+}
+
+// probe pings every live member directly and marks the ones that do not answer as
+// suspect. memberlist keeps its own suspicion private, so this is this node's view.
+func (m *membership) probe(ctx context.Context, members []Member) []Member {
+	var wg sync.WaitGroup
+	out := make([]Member, len(members))
+	copy(out, members)
+	for i := range out {
+		if out[i].State != StateAlive || out[i].ID.RID == m.self.RID {
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			addr, err := resolveUDP(out[i].MeshAddr)
+			if err != nil {
+				out[i].State = StateSuspect
+				return
+			}
+			if _, err := m.list.Ping(out[i].ID.RID, addr); err != nil {
+				out[i].State = StateSuspect
+			}
+		}(i)
+	}
+	wg.Wait()
+	return out
+}
+
+// slogWriter routes memberlist's log.Logger output into slog, mapping its [LEVEL]
+// prefixes.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError} {
+		if strings.HasPrefix(msg, prefix) {
+			level = l
+			msg = strings.TrimSpace(strings.TrimPrefix(msg, prefix))
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, msg, "component", "memberlist")
+	return len(p), nil
+}
+
+// joinLoop keeps trying to join seeds with backoff until one answers or stop closes.
+func (m *membership) joinLoop(seeds []string, stop <-chan struct{}, first error) {
+	delay := 500 * time.Millisecond
+	err := first
+	for {
+		m.log.Warn("mesh: cannot join seeds, retrying", "seeds", strings.Join(seeds, ","), "retry_in", delay, "err", err)
+		select {
+		case <-stop:
+			return
+		case <-time.After(delay):
+		}
+		var n int
+		n, err = m.list.Join(seeds)
+		if err == nil && n > 0 {
+			m.log.Info("mesh: joined", "seeds", strings.Join(seeds, ","), "contacted", n)
+			return
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+func resolveUDP(addr string) (net.Addr, error) { return net.ResolveUDPAddr("udp", addr) }

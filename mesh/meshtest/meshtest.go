@@ -1,0 +1,281 @@
+// Package meshtest starts in-process meshes on loopback for tests: N nodes in one
+// process that find each other by gossip, with helpers to wait for convergence, stop a
+// node gracefully or kill it, restart it under a new generation, and read every record
+// that crossed a node boundary. The project's own tests use it; so can users'.
+package meshtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// Options tunes a test mesh. The zero value is fine.
+type Options struct {
+	// Preset is memberlist's timing (default mesh.PresetTest: fast convergence and
+	// failure detection).
+	Preset mesh.Preset
+	// Logger receives the nodes' logs (default: discarded; many nodes logging to the
+	// test log drown the failure that matters).
+	Logger *slog.Logger
+	// MeterProvider, per node index (nil: otel's global no-op).
+	MeterProvider func(i int) metric.MeterProvider
+	// OnStart runs after node i started (and after every restart); what it returns runs
+	// before the node stops. Tests use it to attach Actor hosts or session hosts.
+	OnStart func(i int, n *mesh.Node) (stop func())
+	// ConvergeTimeout bounds Start's wait for every node to see every other (default 20 s).
+	ConvergeTimeout time.Duration
+}
+
+// Cluster is a running test mesh.
+type Cluster struct {
+	t    testing.TB
+	opts Options
+
+	mu      sync.Mutex
+	nodes   []*mesh.Node
+	stops   []func()
+	running []bool
+	tap     *Tap
+}
+
+// Start starts n nodes joined through node 0 and waits until all see each other. The
+// cluster stops with the test.
+func Start(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
+	if opts.ConvergeTimeout == 0 {
+		opts.ConvergeTimeout = 20 * time.Second
+	}
+	if opts.Preset == mesh.PresetLAN {
+		opts.Preset = mesh.PresetTest
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{t: t, opts: opts, tap: &Tap{}}
+	c.nodes = make([]*mesh.Node, n)
+	c.stops = make([]func(), n)
+	c.running = make([]bool, n)
+	t.Cleanup(c.stopAll)
+	for i := 0; i < n; i++ {
+		if err := c.startNode(i, nil); err != nil {
+			t.Fatalf("meshtest: start node %d: %v", i, err)
+		}
+	}
+	if err := c.WaitConverged(opts.ConvergeTimeout); err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return c
+}
+
+func (c *Cluster) startNode(i int, prev *mesh.Node) error {
+	cfg := mesh.Config{Preset: c.opts.Preset, Logger: c.opts.Logger.With("node", i)}
+	if prev != nil {
+		// A restart is the same node: same RID, same ports, a new generation.
+		cfg.RID = prev.ID().RID
+		cfg.MeshPort = portOf(prev.MeshAddr())
+		cfg.RemotePort = portOf(prev.RemoteAddr())
+	}
+	if c.opts.MeterProvider != nil {
+		cfg.MeterProvider = c.opts.MeterProvider(i)
+	}
+	c.mu.Lock()
+	for j, n := range c.nodes {
+		if j != i && n != nil && c.running[j] {
+			cfg.Join = append(cfg.Join, n.MeshAddr())
+			break
+		}
+	}
+	c.mu.Unlock()
+	n, err := mesh.Start(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	n.SetTap(c.tap.record)
+	var stop func()
+	if c.opts.OnStart != nil {
+		stop = c.opts.OnStart(i, n)
+	}
+	c.mu.Lock()
+	c.nodes[i], c.stops[i], c.running[i] = n, stop, true
+	c.mu.Unlock()
+	return nil
+}
+
+// Node returns node i (its current lifecycle).
+func (c *Cluster) Node(i int) *mesh.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Len returns the number of node slots.
+func (c *Cluster) Len() int { return len(c.nodes) }
+
+// Running returns the indexes of the nodes that run.
+func (c *Cluster) Running() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for i, r := range c.running {
+		if r {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Tap returns the cluster-wide record tap.
+func (c *Cluster) Tap() *Tap { return c.tap }
+
+// WaitConverged waits until every running node sees exactly the running nodes' current
+// lifecycles as live members.
+func (c *Cluster) WaitConverged(timeout time.Duration) error {
+	return c.WaitUntil(timeout, func() bool {
+		c.mu.Lock()
+		var want []mesh.NodeID
+		var nodes []*mesh.Node
+		for i, r := range c.running {
+			if r {
+				want = append(want, c.nodes[i].ID())
+				nodes = append(nodes, c.nodes[i])
+			}
+		}
+		c.mu.Unlock()
+		for _, n := range nodes {
+			live := n.LiveMembers()
+			if len(live) != len(want) {
+				return false
+			}
+			for _, id := range want {
+				if !n.IsLive(id) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// WaitUntil polls cond until it holds or timeout passes.
+func (c *Cluster) WaitUntil(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("condition not met within %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop stops node i gracefully: it leaves, and the others see it as left.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	n, stop, running := c.nodes[i], c.stops[i], c.running[i]
+	c.running[i] = false
+	c.mu.Unlock()
+	if !running {
+		return
+	}
+	if stop != nil {
+		stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = n.Leave(ctx)
+}
+
+// Kill stops node i abruptly, without leaving: the others detect it as failed.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	n, stop, running := c.nodes[i], c.stops[i], c.running[i]
+	c.running[i] = false
+	c.mu.Unlock()
+	if !running {
+		return
+	}
+	if stop != nil {
+		stop()
+	}
+	n.Kill()
+}
+
+// Restart starts node i again, under the same RID and a new, larger generation, joined
+// to a running node. It returns the new lifecycle.
+func (c *Cluster) Restart(i int) *mesh.Node {
+	c.t.Helper()
+	c.mu.Lock()
+	prev, running := c.nodes[i], c.running[i]
+	c.mu.Unlock()
+	if running {
+		c.Kill(i)
+	}
+	if err := c.startNode(i, prev); err != nil {
+		c.t.Fatalf("meshtest: restart node %d: %v", i, err)
+	}
+	return c.Node(i)
+}
+
+func (c *Cluster) stopAll() {
+	for _, i := range c.Running() {
+		c.Stop(i)
+	}
+}
+
+// Tap records every record that crosses a node boundary in the cluster (both sides
+// see it: one Outbound and one Inbound entry per delivered record).
+type Tap struct {
+	mu      sync.Mutex
+	records []mesh.TapRecord
+}
+
+func (t *Tap) record(r mesh.TapRecord) {
+	t.mu.Lock()
+	t.records = append(t.records, r)
+	t.mu.Unlock()
+}
+
+// Records returns a copy of what the tap saw.
+func (t *Tap) Records() []mesh.TapRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]mesh.TapRecord(nil), t.records...)
+}
+
+// Reset forgets what the tap saw.
+func (t *Tap) Reset() {
+	t.mu.Lock()
+	t.records = nil
+	t.mu.Unlock()
+}
+
+// Commands returns the set of commands the tap saw, with counts.
+func (t *Tap) Commands() map[wire.Command]int {
+	out := map[wire.Command]int{}
+	for _, r := range t.Records() {
+		out[r.Command]++
+	}
+	return out
+}
+
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}

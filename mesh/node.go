@@ -1,0 +1,353 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/hashicorp/memberlist"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// Preset chooses memberlist's timing.
+type Preset int
+
+const (
+	// PresetLAN is memberlist's DefaultLANConfig: the production default.
+	PresetLAN Preset = iota
+	// PresetLocal is memberlist's DefaultLocalConfig: one host, faster detection.
+	PresetLocal
+	// PresetTest converges and detects failures fast, for in-process test meshes.
+	PresetTest
+)
+
+// Config configures a node. The zero value joins nothing and binds OS-chosen ports on
+// 127.0.0.1.
+type Config struct {
+	// RID is the node's stable identity. Default: its advertised mesh address.
+	RID string
+	// Generation of this lifecycle. Default: NewGeneration().
+	Generation uint64
+	// BindHost is the host every socket opens on (default 127.0.0.1).
+	BindHost string
+	// AdvertiseHost is the host peers dial (default BindHost; required when BindHost is
+	// a wildcard).
+	AdvertiseHost string
+	// MeshPort is the memberlist (gossip) port; 0 lets the OS choose.
+	MeshPort int
+	// RemotePort is the protoactor remote (gRPC) port; 0 lets the OS choose.
+	RemotePort int
+	// Join lists seed host:port mesh addresses.
+	Join []string
+	// Preset tunes memberlist (default PresetLAN).
+	Preset Preset
+	// ActorSystem hosts the node's actors. nil: the node makes and owns one.
+	ActorSystem *actor.ActorSystem
+	// Logger, MeterProvider: nil means slog.Default() and otel's global provider.
+	Logger        *slog.Logger
+	MeterProvider metric.MeterProvider
+}
+
+// Node is one running meshnode lifecycle in the mesh.
+type Node struct {
+	id       NodeID
+	cfg      Config
+	log      *slog.Logger
+	system   *actor.ActorSystem
+	ownSys   bool
+	remote   *remote.Remote
+	members  *membership
+	metrics  *meshMetrics
+	handlers atomic.Pointer[map[wire.Command]RecordHandler]
+	hmu      sync.Mutex
+	tapFn    atomic.Pointer[func(TapRecord)]
+	pids     sync.Map // remote address -> records PID
+	dropLog  dropLogger
+	stopping atomic.Bool
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	meshAddr string
+	remAddr  string
+	meta     nodeMeta
+}
+
+// Errors of node start-up.
+var (
+	ErrConfig = errors.New("mesh: configuration error")
+)
+
+// Start starts a node: it binds the gossip and remote ports, joins the seeds (retrying
+// in the background with backoff when none answers) and starts receiving records.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.BindHost == "" {
+		cfg.BindHost = "127.0.0.1"
+	}
+	if cfg.AdvertiseHost == "" {
+		if cfg.BindHost == "0.0.0.0" || cfg.BindHost == "::" {
+			return nil, fmt.Errorf("%w: wildcard bind host %s needs an advertise host", ErrConfig, cfg.BindHost)
+		}
+		cfg.AdvertiseHost = cfg.BindHost
+	}
+	if cfg.Generation == 0 {
+		cfg.Generation = NewGeneration()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	empty := map[wire.Command]RecordHandler{}
+	n.handlers.Store(&empty)
+	var err error
+	if n.metrics, err = newMeshMetrics(cfg.MeterProvider); err != nil {
+		return nil, fmt.Errorf("mesh metrics: %w", err)
+	}
+
+	// Gossip transport first: with port 0 its real port is part of the default RID.
+	mlLogger := log.New(slogWriter{log: n.log}, "", 0)
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{cfg.BindHost}, BindPort: cfg.MeshPort, Logger: mlLogger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
+	}
+	meshPort := nt.GetAutoBindPort()
+	n.meshAddr = net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(meshPort))
+	if cfg.RID == "" {
+		cfg.RID = n.meshAddr
+		n.cfg.RID = cfg.RID
+	}
+	if len(cfg.RID) > 255 {
+		_ = nt.Shutdown()
+		return nil, fmt.Errorf("%w: RID over 255 bytes", ErrConfig)
+	}
+	n.id = NodeID{RID: cfg.RID, Generation: cfg.Generation}
+
+	// protoactor remote: it panics when it cannot listen, so find the port first.
+	remotePort, err := reservePort(cfg.BindHost, cfg.RemotePort)
+	if err != nil {
+		_ = nt.Shutdown()
+		return nil, fmt.Errorf("%w: remote port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.RemotePort, err)
+	}
+	n.remAddr = net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(remotePort))
+	if cfg.ActorSystem != nil {
+		n.system = cfg.ActorSystem
+	} else {
+		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(logfloor.New(n.log.Handler(), slog.LevelWarn))
+		}))
+		n.ownSys = true
+	}
+	rc := remote.Configure(cfg.BindHost, remotePort,
+		remote.WithAdvertisedHost(n.remAddr),
+		// A dead peer should cost seconds, not the default ~110 s of gRPC retries.
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 2 * time.Second}),
+		),
+		// The default preallocates a million-slot queue per peer.
+		remote.WithEndpointWriterQueueSize(1<<14),
+		remote.WithEndpointManagerQueueSize(1<<14),
+	)
+	rc.MaxRetryCount = 2
+	n.remote = remote.NewRemote(n.system, rc)
+	n.remote.Start()
+	if _, err := n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} }), recordsActorName); err != nil {
+		n.shutdownTransport()
+		return nil, fmt.Errorf("mesh: records actor: %w", err)
+	}
+
+	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost}
+	meta, err := n.meta.encode()
+	if err != nil {
+		n.shutdownTransport()
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	n.members = newMembership(n.id, meta, n.log)
+	mlc := presetConfig(cfg.Preset)
+	mlc.Name = n.id.RID
+	mlc.Transport = nt
+	mlc.AdvertiseAddr = cfg.AdvertiseHost
+	mlc.AdvertisePort = meshPort
+	mlc.Delegate = n.members
+	mlc.Events = n.members
+	mlc.Logger = mlLogger
+	list, err := memberlist.Create(mlc)
+	if err != nil {
+		n.members.stop()
+		n.shutdownTransport()
+		return nil, fmt.Errorf("mesh: memberlist: %w", err)
+	}
+	n.members.list = list
+	if len(cfg.Join) > 0 {
+		if c, err := list.Join(cfg.Join); err != nil || c == 0 {
+			if err == nil {
+				err = errors.New("no seed answered")
+			}
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				n.members.joinLoop(cfg.Join, n.stop, err)
+			}()
+		}
+	}
+	return n, nil
+}
+
+func presetConfig(p Preset) *memberlist.Config {
+	switch p {
+	case PresetLocal:
+		c := memberlist.DefaultLocalConfig()
+		c.DeadNodeReclaimTime = 5 * time.Second
+		return c
+	case PresetTest:
+		c := memberlist.DefaultLocalConfig()
+		c.ProbeInterval = 200 * time.Millisecond
+		c.ProbeTimeout = 100 * time.Millisecond
+		c.GossipInterval = 50 * time.Millisecond
+		c.PushPullInterval = 2 * time.Second
+		c.SuspicionMult = 2
+		c.RetransmitMult = 4
+		c.TCPTimeout = 2 * time.Second
+		c.DeadNodeReclaimTime = time.Second
+		return c
+	}
+	c := memberlist.DefaultLANConfig()
+	// A node restarted on another address may take its RID back once the old
+	// lifecycle has been dead this long (on the same address it refutes at once).
+	c.DeadNodeReclaimTime = 30 * time.Second
+	return c
+}
+
+// reservePort checks that host:port can be bound and returns the port (the OS's choice
+// for 0). The listener is closed again before protoactor binds it.
+func reservePort(host string, port int) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return 0, err
+	}
+	p := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	return p, nil
+}
+
+// ID returns this node's identity.
+func (n *Node) ID() NodeID { return n.id }
+
+// MeshAddr returns the advertised gossip address (what --join takes).
+func (n *Node) MeshAddr() string { return n.meshAddr }
+
+// RemoteAddr returns the advertised protoactor remote address.
+func (n *Node) RemoteAddr() string { return n.remAddr }
+
+// ActorSystem returns the actor system of the node.
+func (n *Node) ActorSystem() *actor.ActorSystem { return n.system }
+
+// Logger returns the node's logger.
+func (n *Node) Logger() *slog.Logger { return n.log }
+
+// Members returns every member this node knows, itself included, sorted by RID. Live
+// members are probed: one that does not answer is reported as suspect.
+func (n *Node) Members(ctx context.Context) []Member {
+	return n.members.probe(ctx, n.members.members())
+}
+
+// LiveMembers returns the members whose current lifecycle has not departed, without
+// probing, itself included.
+func (n *Node) LiveMembers() []Member {
+	all := n.members.members()
+	out := all[:0]
+	for _, m := range all {
+		if m.State == StateAlive || m.State == StateSuspect {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Member returns the current lifecycle of rid.
+func (n *Node) Member(rid string) (Member, bool) { return n.members.lookup(rid) }
+
+// IsLive reports whether id is a current, not departed, member lifecycle.
+func (n *Node) IsLive(id NodeID) bool {
+	_, ok := n.members.live(id)
+	return ok
+}
+
+// Subscribe calls fn for every membership event, in order, on the membership's event
+// goroutine (fn must not block). The returned function unsubscribes.
+func (n *Node) Subscribe(fn func(MemberEvent)) (unsubscribe func()) { return n.members.subscribe(fn) }
+
+// Joined is closed once another member has joined this node's view.
+func (n *Node) Joined() <-chan struct{} { return n.members.joined }
+
+// Leave leaves the mesh gracefully and stops the node: peers see it as left.
+func (n *Node) Leave(ctx context.Context) error {
+	timeout := 2 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	var err error
+	n.stopOnce.Do(func() {
+		n.stopping.Store(true)
+		close(n.stop)
+		// Tell peers this is a leave, not a death, before the leave itself.
+		leaving := n.meta
+		leaving.Leaving = true
+		if b, merr := leaving.encode(); merr == nil {
+			n.members.setMeta(b)
+			_ = n.members.list.UpdateNode(timeout / 2)
+		}
+		if lerr := n.members.list.Leave(timeout / 2); lerr != nil {
+			err = fmt.Errorf("mesh: leave: %w", lerr)
+		}
+		n.finish()
+	})
+	return err
+}
+
+// Kill stops the node abruptly, without leaving: peers detect it as failed. For tests
+// of failure handling.
+func (n *Node) Kill() {
+	n.stopOnce.Do(func() {
+		n.stopping.Store(true)
+		close(n.stop)
+		n.finish()
+	})
+}
+
+func (n *Node) finish() {
+	_ = n.members.list.Shutdown()
+	n.wg.Wait()
+	n.members.stop()
+	n.shutdownTransport()
+}
+
+func (n *Node) shutdownTransport() {
+	n.remote.Shutdown(false)
+	if n.ownSys {
+		n.system.Shutdown()
+	}
+}
+
+var _ io.Writer = slogWriter{}
