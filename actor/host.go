@@ -179,7 +179,7 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 	}}
 	impl := k.New()
 	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} })
-	pid, err := h.system.Root.SpawnNamed(props, "actor/"+kind+"/"+id)
+	pid, err := h.system.Root.SpawnNamed(props, fmt.Sprintf("actor/%s/%s/%d", kind, id, gen))
 	if err != nil {
 		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
 	}
