@@ -103,7 +103,9 @@ func rendezvousScore(id, rid string) uint64 {
 
 type notOwnerError struct{ owner string }
 
-func (e *notOwnerError) Error() string { return "actor: lookup reached a node that is not the owner; owner " + e.owner }
+func (e *notOwnerError) Error() string {
+	return "actor: lookup reached a node that is not the owner; owner " + e.owner
+}
 
 func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id string, placeHere bool) (RouteFence, error) {
 	h := d.host

@@ -2,10 +2,8 @@ package connector
 
 import (
 	"context"
-	"encoding/hex"
+	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -71,9 +69,14 @@ func (c *Connector) RequestRaw(ctx context.Context, name string, id wire.Codec, 
 }
 
 // Send sends a one-way Send named name whose payload is v marshalled with the
-// connector's codec. It returns once the frame is written; it is not queued while the
-// connector is not connected (ErrDisconnected). ctx is checked before the write; the
-// write itself is not interrupted by it.
+// connector's codec. It returns once the frame is queued for the connection's write
+// goroutine, which writes frames in call order, coalescing those queued meanwhile into
+// one write. It is not queued while the connector is not connected (ErrDisconnected).
+// A Send is at most once: a frame still queued when the connection drops is lost
+// without an error (Close first writes what was queued, see Close). While more than
+// 4 MiB are queued (the peer reads slower than we send), Send waits for room, bounded
+// by ctx; ctx is also checked before anything else, and the write itself is not
+// interrupted by it.
 func (c *Connector) Send(ctx context.Context, name string, v any, opts ...CallOption) error {
 	payload, err := c.marshal(name, v)
 	if err != nil {
@@ -92,12 +95,17 @@ func (c *Connector) SendRaw(ctx context.Context, name string, id wire.Codec, pay
 		return err
 	}
 	h := wire.Header{Kind: wire.KindSend, Codec: id, Name: name}
-	bp, err := c.encode(&h, payload, opts)
+	bp, err := c.encode(&h, payload, opts, 0)
 	if err != nil {
 		return err
 	}
-	err = cn.write(*bp)
+	// Queued for the write goroutine: a sender in a loop never waits for a syscall, and
+	// its frames leave in large batches.
+	err = cn.enqueue(ctx, *bp, true, false)
 	putBuf(bp)
+	if err != nil && !errors.Is(err, ErrDisconnected) {
+		return fmt.Errorf("connector: send %q: waiting for write room: %w", name, err)
+	}
 	return err
 }
 
@@ -121,7 +129,8 @@ func (c *Connector) liveConn() (*conn, error) {
 }
 
 // roundTrip registers cl under a fresh request_seq, writes the Request and waits for
-// the reply, the deadline or a drop.
+// the reply, the deadline or a drop: by reading the transport itself when the reader
+// token is free (lead), else on cl.done (follow).
 func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, payload []byte, cl *call, opts []CallOption) error {
 	if err := ctx.Err(); err != nil {
 		return requestContextError(ctx, name)
@@ -131,32 +140,37 @@ func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, p
 		return err
 	}
 	seq := c.seq.Add(1)
-	h := wire.Header{
-		Kind:       wire.KindRequest,
-		Codec:      id,
-		RequestSeq: seq,
-		Name:       name,
-		// Hex counter strings like the TypeScript connector; unique among pending
-		// requests because the seq is.
-		CorrelationID: strconv.FormatUint(seq, 16),
-	}
-	bp, err := c.encode(&h, payload, opts)
+	// The correlation id is a hex counter string like the TypeScript connector's; unique
+	// among pending requests because the seq is. encode writes it.
+	h := wire.Header{Kind: wire.KindRequest, Codec: id, RequestSeq: seq, Name: name}
+	bp, err := c.encode(&h, payload, opts, seq)
 	if err != nil {
 		return err
 	}
-	// Registered before the write: the reply may arrive before Write returns.
+	// Registered before the write: the reply may arrive before the write returns.
 	if !cn.register(seq, cl) {
 		putBuf(bp)
 		return cn.ce
 	}
-	err = cn.write(*bp)
+	err = cn.enqueue(ctx, *bp, false, false)
 	putBuf(bp)
 	if err != nil {
-		// The failed write dropped the connection, and the drop finished cl.
+		if ctx.Err() != nil && cn.abandon(seq, cl) {
+			// Not written: ctx ended while waiting for room in the write queue.
+			return requestContextError(ctx, name)
+		}
+		// The connection dropped, and the drop finished cl.
 		<-cl.done
 		return cl.err
 	}
+	if gen, ok := cn.tryLead(); ok {
+		return c.lead(ctx, cn, gen, name, seq, cl)
+	}
+	return c.follow(ctx, cn, name, seq, cl)
+}
 
+// follow waits for the reader to finish cl, for the deadline or for the context.
+func (c *Connector) follow(ctx context.Context, cn *conn, name string, seq uint64, cl *call) error {
 	var expire <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		if cl.timer == nil {
@@ -176,12 +190,84 @@ func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, p
 		}
 	case <-expire:
 		if cn.abandon(seq, cl) {
-			return fmt.Errorf("%w: %q got no reply within %v: %w", ErrRequestTimeout, name, c.opts.RequestTimeout, context.DeadlineExceeded)
+			return c.requestTimeoutError(name)
 		}
 	}
 	// A reply or a drop took cl first and is finishing it: that outcome wins.
 	<-cl.done
 	return cl.err
+}
+
+// lead reads frames as the token holder until cl is finished: by its reply (handled by
+// the ordinary frame code, which finishes cl like any other call), by a drop, or by
+// the deadline or the context, which cut the read short with a read deadline:
+//
+//   - Without a ctx deadline, RequestTimeout applies through the read deadline. It is
+//     set only when the one in place is missing or later than this request's expiry;
+//     an earlier one (another request's, still in the future) fires early, and the
+//     read then simply resumes with ours. Back-to-back requests thus change the
+//     deadline about once per RequestTimeout, not once per request.
+//   - A ctx that can end (cancel or deadline) gets an AfterFunc that sets a past read
+//     deadline while this request still leads.
+//
+// A deadline may also fire for a reason that is not this request's (one left behind by
+// an earlier holder or a late AfterFunc): every holder treats a timeout as "check
+// whether my wait is over, else resume", and the frame reader keeps partial frames.
+func (c *Connector) lead(ctx context.Context, cn *conn, gen uint64, name string, seq uint64, cl *call) error {
+	var expire time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		expire = time.Now().Add(c.opts.RequestTimeout)
+		if cn.rdl.IsZero() || cn.rdl.After(expire) {
+			cn.setLeadDeadline(expire)
+		}
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { cn.interruptLead(gen) })
+		defer stop()
+	}
+	defer cn.releaseLead()
+	for {
+		select {
+		case <-cl.done:
+			return cl.err
+		default:
+		}
+		h, payload, err := cn.readFrame()
+		if err == nil {
+			cn.frames.Add(1)
+			if !cn.handle(&h, payload) {
+				<-cl.done // the connection ended, and the drop finished cl
+				return cl.err
+			}
+			continue
+		}
+		if !isTimeout(err) || cn.closed.Load() {
+			cn.readFailed(err)
+			<-cl.done
+			return cl.err
+		}
+		if ctx.Err() == nil && (expire.IsZero() || time.Now().Before(expire)) {
+			// Not our deadline: resume with ours. Then look at ctx again, in case its
+			// AfterFunc ran before the reset and was overridden by it.
+			cn.setLeadDeadline(expire)
+			if ctx.Err() == nil {
+				continue
+			}
+		}
+		if cn.abandon(seq, cl) {
+			if ctx.Err() != nil {
+				return requestContextError(ctx, name)
+			}
+			return c.requestTimeoutError(name)
+		}
+		// Only a drop can have taken cl (this request is the reader): it finishes cl.
+		<-cl.done
+		return cl.err
+	}
+}
+
+func (c *Connector) requestTimeoutError(name string) error {
+	return fmt.Errorf("%w: %q got no reply within %v: %w", ErrRequestTimeout, name, c.opts.RequestTimeout, context.DeadlineExceeded)
 }
 
 func requestContextError(ctx context.Context, name string) error {
@@ -193,8 +279,9 @@ func requestContextError(ctx context.Context, name string) error {
 }
 
 // encode builds the frame for h and payload into a pooled buffer, applying the call
-// options, the flow fields and the send bound; nothing is written on failure.
-func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption) (*[]byte, error) {
+// options, the ids (the correlation id of request seq when seq > 0, and the flow
+// fields) and the send bound; nothing is written on failure.
+func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, seq uint64) (*[]byte, error) {
 	compressed := false
 	for _, o := range opts {
 		switch o.kind {
@@ -217,8 +304,13 @@ func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption) (*
 	if len(payload) > c.opts.MaxSendPayload {
 		return nil, fmt.Errorf("%w: %q payload of %d bytes, limit %d", ErrValidation, h.Name, len(payload), c.opts.MaxSendPayload)
 	}
-	if !c.opts.DiagnosticsOff {
-		h.FlowID, h.FlowOrigin = newFlowID(), wire.FlowApplication
+	// Placeholders of the right length, overwritten below (see patchIDs).
+	if seq > 0 {
+		h.CorrelationID = corrPlaceholder[:corrLen(seq)]
+	}
+	flow := !c.opts.DiagnosticsOff
+	if flow {
+		h.FlowID, h.FlowOrigin = flowPlaceholder, wire.FlowApplication
 	}
 	bp := getBuf()
 	b, err := wire.AppendFrame((*bp)[:0], h, payload)
@@ -227,6 +319,7 @@ func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption) (*
 		putBuf(bp)
 		return nil, validationError(err)
 	}
+	patchIDs(b, seq, flow)
 	return bp, nil
 }
 
@@ -239,35 +332,6 @@ func setMetadata(md wire.Metadata, key, value string) wire.Metadata {
 		}
 	}
 	return append(md, wire.MetadataEntry{Key: key, Value: value})
-}
-
-// newFlowID returns a lowercase hyphenated UUIDv7 (RFC 9562): 48-bit Unix milliseconds,
-// version 7, 12 random bits, variant 10, 62 random bits. Flow ids need uniqueness, not
-// secrecy, so the fast runtime generator is enough.
-func newFlowID() string {
-	var u [16]byte
-	ms := uint64(time.Now().UnixMilli())
-	r1, r2 := rand.Uint64(), rand.Uint64()
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	u[6] = 0x70 | byte(r1>>8)&0x0f
-	u[7] = byte(r1)
-	u[8] = 0x80 | byte(r2>>56)&0x3f
-	for i := 9; i < 16; i++ {
-		u[i] = byte(r2 >> (8 * (15 - i)))
-	}
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	return string(s[:])
 }
 
 // call is one pending request. Whoever removes it from the pending map (the reply, a

@@ -3,9 +3,11 @@ package connector
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,27 +38,105 @@ const readBufferSize = 32 << 10
 // larger frame gets a buffer of its own that is dropped after use.
 const maxKeptFrameBuffer = 256 << 10
 
+// maxPendingWrite bounds the bytes queued behind an active write. Producers past it wait
+// (bounded by their context) until the writer takes the queue: backpressure instead of
+// unbounded buffering when the peer reads slower than we produce.
+const maxPendingWrite = 4 << 20
+
+// maxIdleWriteBuffer: the two write buffers are reused whatever their size (at most
+// about maxPendingWrite), so a stream of Sends, which goes idle and busy again many
+// times a second, does not allocate; larger ones are dropped once the writer stayed
+// idle for writeTrimDelay (after a direct write at once), rather than pinned for the
+// life of the connection.
+const (
+	maxIdleWriteBuffer = 64 << 10
+	writeTrimDelay     = time.Second
+)
+
+// readerGrace is how long the reader token may stay free after a caller read its own
+// reply before the background reader takes it back (see conn). While it is free nobody
+// reads, so it bounds the extra delay of a push, ping or EOF that arrives just after a
+// request completed; back-to-back requests keep re-taking the token well within it.
+const readerGrace = 500 * time.Microsecond
+
+// closeFlushTimeout bounds how long Close waits for queued frames to be written.
+const closeFlushTimeout = time.Second
+
 // conn is one live session: a transport, its pending requests and its goroutines. It
 // never outlives a drop; a reconnect makes a new conn.
+//
+// Reading. One goroutine at a time holds the reader token and with it the transport's
+// read side (br, rs, rdl). Usually that is the background read goroutine. But waking a
+// caller from the read goroutine costs a goroutine hand-off per request, which on a
+// loopback round trip is several microseconds, more than the rest of the connector's
+// work. So on transports that survive a read deadline (tcp, tls) a request that finds
+// the token free takes it and reads until its own reply arrives (it "leads"): it
+// handles every frame it meets exactly as the read goroutine would (replies of other
+// callers, pushes, pings, session-closing) and honours its deadline and cancellation
+// with read deadlines. The background reader hands the token back after a reply when
+// no other request is pending, so back-to-back requests keep leading; it takes the
+// token again when followers need a reader, or when it stayed free for readerGrace.
+// WebSocket transports close the connection when a read deadline passes, so there the
+// read goroutine always reads.
+//
+// Writing. Frames go through one queue (wbuf) so that concurrent producers coalesce:
+// the producer that finds no write in progress becomes the writer and writes its frame
+// at once, then everything queued behind it meanwhile in one write per round; others
+// append and return. Sends instead hand the write to the write goroutine, so a sender
+// in a loop never waits for a syscall and its frames leave in large batches.
 type conn struct {
-	c    *Connector
-	t    *transport
-	disp *dispatcher
-	br   *bufio.Reader
-	pre  [wire.PrefixSize]byte
-	fbuf []byte // header + payload of the frame being read; reused
+	c       *Connector
+	t       *transport
+	disp    *dispatcher
+	canLead bool // read deadlines are harmless on this transport: requests may lead
 
-	wmu sync.Mutex // one frame (or control frame) per transport write
+	// Read side: only the reader token holder touches these.
+	br   *bufio.Reader
+	rs   frameState
+	fbuf []byte    // body buffer kept between frames
+	rdl  time.Time // read deadline last set by a holder; zero: none. A hint, see lead.
+
+	// Write side, guarded by wmu.
+	wmu     sync.Mutex
+	wbuf    []byte        // frames queued for the active writer
+	wspare  []byte        // the other buffer; owned by the active writer
+	wactive bool          // someone is writing; wbuf is non-empty only while true
+	wroom   chan struct{} // made by a producer waiting for room; closed when wbuf is taken
+	widle   chan struct{} // made by flush; closed when the writer goes idle
+	wkick   chan struct{} // cap 1: wakes the write goroutine
 
 	mu      sync.Mutex
 	pending map[uint64]*call // nil once dropped
+	rowner  readerOwner      // who holds the reader token
+	rgen    uint64           // counts the times a request took the token
+	rneed   bool             // the token is free but a reader is needed now
+	rparked bool             // the background reader waits for a kick, not a timer
+	rkick   chan struct{}    // cap 1: wakes the background reader
 
 	closed atomic.Bool   // set first thing on drop; writes check it
 	frames atomic.Uint64 // inbound frames, for the heartbeat's silence check
-	stop   chan struct{} // closed on drop: ends the heartbeat loop
+	stop   chan struct{} // closed on drop: ends the heartbeat, read and write goroutines
 
 	once sync.Once
 	ce   *CloseError // set inside once; read after drop returned
+}
+
+// readerOwner says who holds the reader token.
+type readerOwner uint8
+
+const (
+	readerNone       readerOwner = iota // free: nobody reads until a request or the background reader takes it
+	readerBackground                    // the read goroutine
+	readerLeader                        // a request reading its own reply
+)
+
+// frameState is the position in the inbound stream between two reads, so that a read
+// cut short by a deadline resumes exactly where it stopped, whoever reads next.
+type frameState struct {
+	inFrame bool   // the prefix was consumed and buf is being filled
+	hl      int    // header length of the frame in buf
+	got     int    // bytes of buf filled so far
+	buf     []byte // header + payload
 }
 
 func newConn(c *Connector, t *transport) *conn {
@@ -64,8 +144,12 @@ func newConn(c *Connector, t *transport) *conn {
 		c:       c,
 		t:       t,
 		disp:    c.disp,
+		canLead: t.ws == nil,
 		br:      bufio.NewReaderSize(t, readBufferSize),
 		pending: make(map[uint64]*call),
+		rowner:  readerBackground, // the read goroutine starts reading at once
+		rkick:   make(chan struct{}, 1),
+		wkick:   make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
 }
@@ -73,7 +157,8 @@ func newConn(c *Connector, t *transport) *conn {
 // drop ends the connection exactly once: the connector learns the reason first (so
 // CloseReason and State are current when callers wake up), then the transport closes
 // and every pending request fails with the reason. A concurrent second call waits for
-// the first to finish, so afterwards cn.ce is always set.
+// the first to finish, so afterwards cn.ce is always set. Frames still queued for the
+// writer are lost: a Send is at most once.
 func (cn *conn) drop(reason wire.CloseReason, diag string, cause error) {
 	cn.once.Do(func() {
 		cn.closed.Store(true)
@@ -96,6 +181,15 @@ func (cn *conn) drop(reason wire.CloseReason, diag string, cause error) {
 func (cn *conn) fail(err error) {
 	cn.emitError(err)
 	cn.drop(wire.CloseTransportError, "", err)
+}
+
+// readFailed ends the connection after a failed read.
+func (cn *conn) readFailed(err error) {
+	if errors.Is(err, ErrFrameDecode) || errors.Is(err, ErrFrameTooLarge) {
+		cn.fail(err)
+	} else {
+		cn.drop(wire.CloseTransportError, "", fmt.Errorf("read: %w", err))
+	}
 }
 
 func (cn *conn) emitError(err error) {
@@ -140,75 +234,394 @@ func (cn *conn) abandon(seq uint64, cl *call) bool {
 	return true
 }
 
-// write sends b in one transport write. A failed write ends the connection, and the
-// result is then the connection's *CloseError.
-func (cn *conn) write(b []byte) error {
+// ---- writing ----
+
+// enqueue queues frame (copied) for writing, in call order. With async false the caller
+// writes it itself when no write is in progress, and then keeps writing what others
+// queued meanwhile until the queue is empty; with async true the write goroutine does
+// that. control frames skip the pending bound (they are tiny, and the reader must never
+// wait for room). Otherwise, while more than maxPendingWrite bytes are queued, enqueue
+// waits until the writer takes the queue, ctx ends (its error is returned, nothing was
+// queued) or the connection drops.
+//
+// A nil result means the frame was queued or written. A frame that was only queued is
+// lost if the connection drops before the writer gets to it; requests then fail with
+// the drop, Sends are at most once.
+func (cn *conn) enqueue(ctx context.Context, frame []byte, async, control bool) error {
 	cn.wmu.Lock()
+	for !control && len(cn.wbuf) >= maxPendingWrite && !cn.closed.Load() {
+		room := cn.wroom
+		if room == nil {
+			room = make(chan struct{})
+			cn.wroom = room
+		}
+		cn.wmu.Unlock()
+		select {
+		case <-room:
+		case <-cn.stop:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		cn.wmu.Lock()
+	}
 	if cn.closed.Load() {
 		cn.wmu.Unlock()
-		cn.drop(wire.CloseTransportError, "", errConnClosed)
+		cn.drop(wire.CloseTransportError, "", errConnClosed) // waits for the running drop
 		return cn.ce
 	}
-	_, err := cn.t.Write(b)
+	cn.wbuf = append(cn.wbuf, frame...)
+	if cn.wactive {
+		// The active writer loops until the queue is empty: it takes this frame too.
+		cn.wmu.Unlock()
+		return nil
+	}
+	cn.wactive = true
 	cn.wmu.Unlock()
-	if err != nil {
-		cn.drop(wire.CloseTransportError, "", fmt.Errorf("write: %w", err))
+	if async {
+		select {
+		case cn.wkick <- struct{}{}:
+		default: // already kicked; cannot happen while wactive was false, but harmless
+		}
+		return nil
+	}
+	// Our frame is the first of the queue, so a failure of the first write is ours.
+	if err := cn.drain(true); err != nil {
 		return cn.ce
 	}
 	return nil
+}
+
+// drain writes the queue until it is empty, one write per round (one WebSocket message
+// of whole frames). The caller set wactive; only one goroutine drains at a time, and it
+// owns wspare while it does. With trim, buffers over maxIdleWriteBuffer are dropped
+// when the queue is empty. It returns the error of the first write, if that failed;
+// any failed write drops the connection.
+func (cn *conn) drain(trim bool) error {
+	var first error
+	for round := 0; ; round++ {
+		cn.wmu.Lock()
+		buf := cn.wbuf
+		if len(buf) == 0 || cn.closed.Load() {
+			cn.wbuf = buf[:0]
+			if trim {
+				cn.trimLocked()
+			}
+			cn.wactive = false
+			if cn.widle != nil {
+				close(cn.widle)
+				cn.widle = nil
+			}
+			cn.wmu.Unlock()
+			return first
+		}
+		cn.wbuf = cn.wspare[:0]
+		if cn.wroom != nil {
+			close(cn.wroom) // the queue is empty again: waiting producers may append
+			cn.wroom = nil
+		}
+		cn.wmu.Unlock()
+		if _, err := cn.t.Write(buf); err != nil {
+			cn.drop(wire.CloseTransportError, "", fmt.Errorf("write: %w", err))
+			if round == 0 {
+				first = err
+			}
+		}
+		cn.wspare = buf[:0]
+	}
+}
+
+// trimLocked drops write buffers over maxIdleWriteBuffer; wmu is held and no write is
+// in progress.
+func (cn *conn) trimLocked() {
+	if cap(cn.wbuf) > maxIdleWriteBuffer {
+		cn.wbuf = nil
+	}
+	if cap(cn.wspare) > maxIdleWriteBuffer {
+		cn.wspare = nil
+	}
+}
+
+// writeLoop writes what asynchronous producers queued, and trims the write buffers
+// once it stayed idle for writeTrimDelay after a burst.
+func (cn *conn) writeLoop() {
+	defer cn.c.wg.Done()
+	trim := time.NewTimer(writeTrimDelay)
+	trim.Stop()
+	defer trim.Stop()
+	for {
+		select {
+		case <-cn.wkick:
+			_ = cn.drain(false) // a failure dropped the connection
+			cn.wmu.Lock()
+			big := cap(cn.wbuf) > maxIdleWriteBuffer || cap(cn.wspare) > maxIdleWriteBuffer
+			cn.wmu.Unlock()
+			if big {
+				trim.Reset(writeTrimDelay)
+			}
+		case <-trim.C:
+			cn.wmu.Lock()
+			if !cn.wactive {
+				cn.trimLocked()
+			}
+			cn.wmu.Unlock()
+		case <-cn.stop:
+			return
+		}
+	}
+}
+
+// flush waits until the frames queued so far are written or d passed (then the write in
+// progress is cut short by a write deadline, which breaks the connection: it is only
+// for Close). It runs before the transport is shut down, so that a Send that returned
+// before Close still reaches the peer.
+func (cn *conn) flush(d time.Duration) {
+	cn.wmu.Lock()
+	if !cn.wactive {
+		cn.wmu.Unlock()
+		return
+	}
+	if cn.widle == nil {
+		cn.widle = make(chan struct{})
+	}
+	idle := cn.widle
+	cn.wmu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-cn.stop: // dropped meanwhile: nothing more will be written
+	case <-t.C:
+		// The write in progress fails at once now, which drops the connection.
+		_ = cn.t.SetWriteDeadline(time.Unix(1, 0))
+		select {
+		case <-idle:
+		case <-cn.stop:
+		}
+	}
 }
 
 // errConnClosed is the cause recorded when a write finds the connection already
 // dropping; drop keeps the first cause, so this is never seen in practice.
 var errConnClosed = errors.New("connection closed")
 
-// readLoop reads frames until the transport fails or a frame ends the connection.
+// ---- reading ----
+
+// readLoop is the background reader: it reads while it holds the reader token and,
+// on a transport where requests may lead, gives the token back after a reply once no
+// request is pending, then waits until the token is needed or stayed free for
+// readerGrace.
 func (cn *conn) readLoop() {
 	defer cn.c.wg.Done()
-	for {
-		h, payload, err := cn.readFrame()
-		if err != nil {
-			if errors.Is(err, ErrFrameDecode) || errors.Is(err, ErrFrameTooLarge) {
-				cn.fail(err)
-			} else {
-				cn.drop(wire.CloseTransportError, "", fmt.Errorf("read: %w", err))
-			}
-			return
+	var grace *time.Timer
+	defer func() {
+		if grace != nil {
+			grace.Stop()
 		}
-		cn.frames.Add(1)
-		if !cn.handle(&h, payload) {
+	}()
+	for cn.readBackground() {
+		if !cn.waitForToken(&grace) {
 			return
 		}
 	}
 }
 
-// readFrame reads one whole frame. The payload aliases cn.fbuf until the next call.
-// The receive bound is checked on the prefix, before the body is read.
-func (cn *conn) readFrame() (wire.Header, []byte, error) {
-	if _, err := io.ReadFull(cn.br, cn.pre[:]); err != nil {
-		return wire.Header{}, nil, err
-	}
-	hl, pl := wire.ParsePrefix(cn.pre[:])
-	if pl > cn.c.opts.MaxReceivePayload {
-		return wire.Header{}, nil, fmt.Errorf("%w: payload of %d bytes, limit %d", ErrFrameTooLarge, pl, cn.c.opts.MaxReceivePayload)
-	}
-	n := hl + pl
-	buf := cn.fbuf
-	if cap(buf) < n {
-		buf = make([]byte, n, max(n, 4<<10))
-		if n <= maxKeptFrameBuffer {
-			cn.fbuf = buf
+// readBackground reads frames while the read goroutine holds the token. It returns true
+// when it gave the token back, false when the connection ended.
+func (cn *conn) readBackground() bool {
+	for {
+		h, payload, err := cn.readFrame()
+		if err != nil {
+			if isTimeout(err) && !cn.closed.Load() {
+				// A deadline a request left behind: this reader has none.
+				_ = cn.t.SetReadDeadline(time.Time{})
+				cn.rdl = time.Time{}
+				continue
+			}
+			cn.readFailed(err)
+			return false
+		}
+		cn.frames.Add(1)
+		if !cn.handle(&h, payload) {
+			return false
+		}
+		if cn.canLead && (h.Kind == wire.KindResponse || h.Kind == wire.KindError) && cn.br.Buffered() == 0 {
+			cn.mu.Lock()
+			yield := len(cn.pending) == 0 // a dropped conn has none either: the wait sees stop
+			if yield {
+				cn.rowner = readerNone
+			}
+			cn.mu.Unlock()
+			if yield {
+				return true
+			}
 		}
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(cn.br, buf); err != nil {
-		return wire.Header{}, nil, err
+}
+
+// waitForToken waits while the token is free or held by a request, and takes it when
+// a reader is needed at once (rneed), or when it stayed free, untaken by any request,
+// for a whole readerGrace. It returns false when the connection ended.
+func (cn *conn) waitForToken(grace **time.Timer) bool {
+	var seen uint64
+	timed := false // seen was recorded a whole grace period ago
+	for {
+		cn.mu.Lock()
+		if cn.pending == nil {
+			cn.mu.Unlock()
+			return false
+		}
+		if cn.rowner == readerNone && (cn.rneed || timed && cn.rgen == seen) {
+			cn.rowner, cn.rneed = readerBackground, false
+			cn.mu.Unlock()
+			return true
+		}
+		// One request holding the token for a whole grace period is waiting for a slow
+		// reply: sleep until it releases the token instead of polling.
+		park := timed && cn.rgen == seen && cn.rowner == readerLeader
+		cn.rparked = park
+		seen = cn.rgen
+		cn.mu.Unlock()
+
+		var expired <-chan time.Time
+		if !park {
+			if *grace == nil {
+				*grace = time.NewTimer(readerGrace)
+			} else {
+				(*grace).Reset(readerGrace)
+			}
+			expired = (*grace).C
+		}
+		select {
+		case <-cn.stop:
+			return false
+		case <-cn.rkick:
+			timed = false // restart the grace period (or take the token if rneed)
+		case <-expired:
+			timed = true
+		}
 	}
-	h, err := wire.DecodeHeader(buf[:hl])
-	if err != nil {
-		return wire.Header{}, nil, fmt.Errorf("%w: %w", ErrFrameDecode, err)
+}
+
+// tryLead gives the reader token to a request that just wrote its frame, if it is free
+// and the transport allows it, and returns the generation that identifies this lead.
+// If the token is free but the request cannot lead, the read goroutine is woken.
+func (cn *conn) tryLead() (gen uint64, ok bool) {
+	cn.mu.Lock()
+	if cn.rowner != readerNone || cn.pending == nil {
+		cn.mu.Unlock()
+		return 0, false
 	}
-	return h, buf[hl:], nil
+	if !cn.canLead {
+		cn.rneed = true
+		cn.mu.Unlock()
+		cn.kickReader()
+		return 0, false
+	}
+	cn.rowner, cn.rneed = readerLeader, false // this request reads for everyone now
+	cn.rgen++
+	gen = cn.rgen
+	cn.mu.Unlock()
+	return gen, true
+}
+
+// releaseLead gives the token back after a lead. The read goroutine is woken if other
+// requests wait for replies or input is already buffered (someone must read now), or
+// if it parked while this request led.
+func (cn *conn) releaseLead() {
+	buffered := cn.br.Buffered() > 0 || cn.rs.inFrame
+	cn.mu.Lock()
+	cn.rowner = readerNone
+	kick := cn.rparked
+	if len(cn.pending) > 0 || buffered {
+		cn.rneed, kick = true, true
+	}
+	cn.rparked = cn.rparked && !kick
+	cn.mu.Unlock()
+	if kick {
+		cn.kickReader()
+	}
+}
+
+func (cn *conn) kickReader() {
+	select {
+	case cn.rkick <- struct{}{}:
+	default:
+	}
+}
+
+// interruptLead cuts the read of the request that leads as generation gen short (its
+// context ended), unless that lead is over. cn.mu orders it with the leader's own
+// deadline changes, see lead.
+func (cn *conn) interruptLead(gen uint64) {
+	cn.mu.Lock()
+	if cn.rowner == readerLeader && cn.rgen == gen {
+		_ = cn.t.SetReadDeadline(time.Unix(1, 0))
+	}
+	cn.mu.Unlock()
+}
+
+// setLeadDeadline sets the read deadline of a leader (zero: none) under cn.mu, so that a
+// concurrent interruptLead either comes after it and wins, or came before it, when the
+// caller sees its context ended by checking after this returns.
+func (cn *conn) setLeadDeadline(t time.Time) {
+	cn.mu.Lock()
+	_ = cn.t.SetReadDeadline(t)
+	cn.mu.Unlock()
+	cn.rdl = t
+}
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// readFrame reads one whole frame. The payload aliases a buffer reused by the next
+// call. The receive bound is checked on the prefix, before the body is read. After an
+// error (a deadline) the partial frame is kept and the next call continues it.
+func (cn *conn) readFrame() (wire.Header, []byte, error) {
+	rs := &cn.rs
+	if !rs.inFrame {
+		// Peek, not Read: a deadline here leaves the stream untouched.
+		p, err := cn.br.Peek(wire.PrefixSize)
+		if err != nil {
+			if err == io.EOF && len(p) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return wire.Header{}, nil, err
+		}
+		hl, pl := wire.ParsePrefix(p)
+		if pl > cn.c.opts.MaxReceivePayload {
+			return wire.Header{}, nil, fmt.Errorf("%w: payload of %d bytes, limit %d", ErrFrameTooLarge, pl, cn.c.opts.MaxReceivePayload)
+		}
+		_, _ = cn.br.Discard(wire.PrefixSize)
+		n := hl + pl
+		buf := cn.fbuf
+		if cap(buf) < n {
+			buf = make([]byte, n, max(n, 4<<10))
+			if n <= maxKeptFrameBuffer {
+				cn.fbuf = buf
+			}
+		}
+		rs.inFrame, rs.hl, rs.got, rs.buf = true, hl, 0, buf[:n]
+	}
+	for rs.got < len(rs.buf) {
+		m, err := cn.br.Read(rs.buf[rs.got:])
+		rs.got += m
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return wire.Header{}, nil, err
+		}
+	}
+	rs.inFrame = false
+	body, hl := rs.buf, rs.hl
+	rs.buf = nil
+	h, ok := decodeReplyHeader(body[:hl])
+	if !ok {
+		var err error
+		if h, err = wire.DecodeHeader(body[:hl]); err != nil {
+			return wire.Header{}, nil, fmt.Errorf("%w: %w", ErrFrameDecode, err)
+		}
+	}
+	return h, body[hl:], nil
 }
 
 // handle acts on one frame and reports whether the connection lives on.
@@ -229,8 +642,9 @@ func (cn *conn) handle(h *wire.Header, payload []byte) bool {
 func (cn *conn) handleControl(h *wire.Header, payload []byte) bool {
 	switch h.Name {
 	case wire.NameHeartbeatPing:
-		// Answered even with heartbeats off (digest §4.4).
-		return cn.write(pongFrame) == nil
+		// Answered even with heartbeats off (digest §4.4). Queued for the write
+		// goroutine: whoever reads never blocks on a write.
+		return cn.enqueue(context.Background(), pongFrame, true, true) == nil
 	case wire.NameHeartbeatPong:
 		// Nothing to do: every inbound frame already counts as liveness.
 	case wire.NameSessionClosing:
@@ -381,7 +795,7 @@ func (cn *conn) heartbeatLoop() {
 				cn.drop(wire.CloseHeartbeatTimeout, "", fmt.Errorf("no inbound frame for %v", now.Sub(quietSince).Round(time.Millisecond)))
 				return
 			}
-			if cn.write(pingFrame) != nil {
+			if cn.enqueue(context.Background(), pingFrame, true, true) != nil {
 				return
 			}
 		}

@@ -213,6 +213,9 @@ func (c *Connector) Close() error {
 	c.mu.Unlock()
 
 	if cn != nil {
+		// Sends return once queued: write what they queued before closing the socket, so
+		// that "Send, then Close" still delivers.
+		cn.flush(closeFlushTimeout)
 		cn.drop(wire.CloseClientClose, "", ErrClosed)
 	}
 	c.wg.Wait()
@@ -238,8 +241,9 @@ func (c *Connector) setStateLocked(s State) {
 func (c *Connector) installLocked(t *transport) {
 	cn := newConn(c, t)
 	c.live.Store(cn)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go cn.readLoop()
+	go cn.writeLoop()
 	if !c.opts.Heartbeat.Disabled {
 		c.wg.Add(1)
 		go cn.heartbeatLoop()
