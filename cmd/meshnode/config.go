@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
 
@@ -25,12 +27,23 @@ type serveConfig struct {
 	drainTimeout   time.Duration
 	logLevel       slog.Level
 	nodeName       string
+
+	nodeID        string
+	meshAddr      string
+	remoteAddr    string
+	join          []string
+	advertiseHost string
+	meshPreset    mesh.Preset
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
 var defaultStreams = []string{"tcp://127.0.0.1:7400", "ws://127.0.0.1:7401/"}
 
-const defaultAdmin = "127.0.0.1:9464"
+const (
+	defaultAdmin  = "127.0.0.1:9464"
+	defaultMesh   = "127.0.0.1:7946"
+	defaultRemote = "127.0.0.1:8090"
+)
 
 type listFlag []string
 
@@ -53,6 +66,14 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
+	var join listFlag
+	var preset string
+	fs.StringVar(&cfg.nodeID, "node-id", "", "stable node RID (default: the advertised mesh address)")
+	fs.StringVar(&cfg.meshAddr, "mesh", defaultMesh, "gossip (memberlist) bind address host:port; port 0 = OS-assigned")
+	fs.StringVar(&cfg.remoteAddr, "remote", defaultRemote, "protoactor remote bind address host:port; same host as --mesh")
+	fs.Var(&join, "join", "mesh address host:port of a node to join, repeatable")
+	fs.StringVar(&cfg.advertiseHost, "advertise-host", "", "host peers and clients use to reach this node (default: the bind host; required with 0.0.0.0)")
+	fs.StringVar(&preset, "mesh-timing", "lan", "memberlist timing: lan (production), local (one host), test (fast, for tests)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, errUsage
 	}
@@ -60,6 +81,36 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.streams = streams
+	cfg.join = join
+	switch preset {
+	case "lan":
+		cfg.meshPreset = mesh.PresetLAN
+	case "local":
+		cfg.meshPreset = mesh.PresetLocal
+	case "test":
+		cfg.meshPreset = mesh.PresetTest
+	default:
+		return cfg, fmt.Errorf("flag --mesh-timing: %q is not lan, local or test", preset)
+	}
+	meshHost, _, err := splitHostPortFlag("--mesh", cfg.meshAddr)
+	if err != nil {
+		return cfg, err
+	}
+	remoteHost, _, err := splitHostPortFlag("--remote", cfg.remoteAddr)
+	if err != nil {
+		return cfg, err
+	}
+	if meshHost != remoteHost {
+		return cfg, fmt.Errorf("flag --remote: host %q differs from --mesh host %q", remoteHost, meshHost)
+	}
+	for _, j := range cfg.join {
+		if _, _, err := splitHostPortFlag("--join", j); err != nil {
+			return cfg, err
+		}
+	}
+	if (meshHost == "0.0.0.0" || meshHost == "::") && cfg.advertiseHost == "" {
+		return cfg, errors.New("flag --advertise-host: required when --mesh binds a wildcard host")
+	}
 	if len(cfg.streams) == 0 {
 		cfg.streams = defaultStreams
 	}
@@ -90,4 +141,20 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return cfg, errors.New("flag --tls-client-ca: needs --tls-cert and --tls-key")
 	}
 	return cfg, nil
+}
+
+// splitHostPortFlag parses a host:port flag value, naming the flag in its error.
+func splitHostPortFlag(flagName, v string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", 0, fmt.Errorf("flag %s: %w", flagName, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("flag %s: bad port %q", flagName, portStr)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("flag %s: host missing in %q", flagName, v)
+	}
+	return host, port, nil
 }

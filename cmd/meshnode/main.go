@@ -2,6 +2,7 @@
 // session, and an admin HTTP address with /metrics, /healthz and /readyz.
 //
 //	meshnode [flags]            serve (see -h)
+//	meshnode members --admin A  print the mesh members seen by the node at admin address A
 //	meshnode version            print the version
 package main
 
@@ -40,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		case "serve":
 			args = args[1:]
+		case "members":
+			return runMembers(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseServeFlags(args, stderr)

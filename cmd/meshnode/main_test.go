@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -112,7 +113,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 // answers health, readiness and metrics; cancelling (SIGINT) drains the session with
 // session-closing ServerDrain.
 func TestBinaryServesSampleAppAndDrains(t *testing.T) {
-	addrs, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--stream", "ws://127.0.0.1:0/", "--admin", "127.0.0.1:0")
+	addrs, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--stream", "ws://127.0.0.1:0/", "--admin", "127.0.0.1:0",
+		"--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0", "--node-id", "solo")
 	if addrs["ws"] == "" || addrs["tcp"] == "" || addrs["admin"] == "" {
 		t.Fatalf("printed addresses %v", addrs)
 	}
@@ -164,6 +166,22 @@ func TestBinaryServesSampleAppAndDrains(t *testing.T) {
 		}
 	}
 
+	_, members := httpGet(t, admin+"/v1/members")
+	var rows []memberJSON
+	if err := json.Unmarshal([]byte(members), &rows); err != nil || len(rows) != 1 || rows[0].RID != "solo" || rows[0].State != "alive" || rows[0].Generation == 0 {
+		t.Fatalf("/v1/members %s (%v)", members, err)
+	}
+	if code, body := httpGet(t, admin+"/v1/actors"); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("/v1/actors %d %s", code, body)
+	}
+	var table bytes.Buffer
+	if err := run(context.Background(), []string{"members", "--admin", addrs["admin"]}, &table, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") || !strings.HasSuffix(lines[1], "alive") {
+		t.Fatalf("members table:\n%s", table.String())
+	}
+
 	if err := stop(); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
@@ -188,6 +206,11 @@ func TestBinaryBadFlagsNameTheFlag(t *testing.T) {
 		"--admin":            {"--admin", "nonsense"},
 		"--stream":           {"--stream", "tls://127.0.0.1:0"},
 		"--tls-client-ca":    {"--tls-client-ca", "ca.pem"},
+		"--mesh":             {"--mesh", "nohost"},
+		"--remote":           {"--remote", "10.0.0.1:1"},
+		"--join":             {"--join", "x"},
+		"--mesh-timing":      {"--mesh-timing", "warp"},
+		"--advertise-host":   {"--mesh", "0.0.0.0:0", "--remote", "0.0.0.0:0"},
 	}
 	for flagName, args := range cases {
 		err := run(context.Background(), args, io.Discard, io.Discard)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,9 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
 
@@ -33,16 +36,42 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = meters.Shutdown(context.Background()) }()
 
-	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log})
-	node := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).Session(sampleapp.Type())
+	meshHost, meshPort, _ := splitHostPortFlag("--mesh", cfg.meshAddr)
+	_, remotePort, _ := splitHostPortFlag("--remote", cfg.remoteAddr)
+	node, err := mesh.Start(ctx, mesh.Config{
+		RID: cfg.nodeID, BindHost: meshHost, AdvertiseHost: cfg.advertiseHost,
+		MeshPort: meshPort, RemotePort: remotePort, Join: cfg.join, Preset: cfg.meshPreset,
+		Logger: log, MeterProvider: meters,
+	})
+	if err != nil {
+		return fmt.Errorf("mesh: %w", err)
+	}
+	leave := func() {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := node.Leave(lctx); err != nil {
+			log.Warn("mesh leave", "err", err)
+		}
+	}
+	actors, err := actor.NewHost(node, actor.HostOptions{Logger: log})
+	if err != nil {
+		leave()
+		return err
+	}
+	defer leave()
+	defer actors.Close()
+	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
+
+	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, ActorSystem: node.ActorSystem()})
+	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).Session(sampleapp.Type())
 	for _, s := range cfg.streams {
-		node.Bind(s)
+		streamNode.Bind(s)
 	}
 	if cfg.tlsCert != "" || cfg.tlsKey != "" {
-		node.TLSServer(cfg.tlsCert, cfg.tlsKey)
+		streamNode.TLSServer(cfg.tlsCert, cfg.tlsKey)
 	}
 	if cfg.tlsClientCA != "" {
-		node.RequireClientCertificate(cfg.tlsClientCA)
+		streamNode.RequireClientCertificate(cfg.tlsClientCA)
 	}
 
 	var ready atomic.Bool
@@ -53,7 +82,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("flag --admin: %w", err)
 		}
-		admin = &http.Server{Handler: adminMux(registry, &ready), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(registry, &ready, node, actors), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(ln) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (/metrics /healthz /readyz)\n", ln.Addr())
@@ -94,8 +123,28 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	return nil
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool) *http.ServeMux {
+// memberJSON is one row of GET /v1/members.
+type memberJSON struct {
+	RID        string `json:"rid"`
+	Generation uint64 `json:"generation"`
+	Address    string `json:"address"`
+	State      string `json:"state"`
+}
+
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *mesh.Node, actors *actor.Host) *http.ServeMux {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		out := []memberJSON{}
+		for _, m := range node.Members(ctx) {
+			out = append(out, memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State)})
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, actors.Active())
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
@@ -108,4 +157,11 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool) *http.ServeMux 
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }
