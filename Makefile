@@ -5,11 +5,19 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: run test bench fuzz lint build
+.PHONY: run test bench fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
 	$(GO) run ./cmd/meshnode
+
+## cluster: three local meshnodes joined together (Ctrl-C stops them)
+cluster:
+	./scripts/cluster.sh
+
+## proto: regenerate the committed .pb.go files (needs protoc and protoc-gen-go)
+proto:
+	protoc --go_out=. --go_opt=paths=source_relative mesh/meshpb/meshpb.proto
 
 ## build: the binary in bin/
 build:
