@@ -79,6 +79,9 @@ func Decode(frames [][]byte) (*Record, error) {
 	all := sb.String()
 
 	r := reader{b: f0, s: all[:len(f0)], off: HeadSize, end: len(f0), cmd: cmd}
+	// One allocation per record: a block holding the Record, its body and every optional
+	// part the body or record may point to (bind tail, bound-session tail, route case,
+	// payload). Unused parts cost a few bytes; separate allocations would cost more.
 	var rec *Record
 	var pl *Payload
 	switch cmd {

@@ -107,6 +107,7 @@ func (w *writer) record(rec *Record) {
 		}
 		flags |= FlagMetadata
 	}
+	w.frame = 1 + int(flags&FlagMetadata) // where the payload frame is (or would be)
 	switch {
 	case rec.Payload == nil && sp.payload == payloadRequired:
 		w.fail(ClassFrameCount, "payload", "command requires a payload")
@@ -119,6 +120,7 @@ func (w *writer) record(rec *Record) {
 		w.fail(ClassFrameCount, "payload", "only an ok reply may carry a payload")
 		return
 	}
+	w.frame = 0
 	w.buf = append(w.buf, Magic0, Magic1, Major, byte(w.cmd), flags)
 	// A type switch rather than the interface call: through an interface method the
 	// compiler must assume w escapes, which costs AppendFrames its zero allocations.
@@ -141,11 +143,12 @@ func (w *writer) record(rec *Record) {
 		b.appendBody(w)
 	}
 	w.endFrame()
-	if rec.Metadata != nil {
+	if rec.Metadata != nil && w.err == nil {
 		w.metadata(rec.Metadata)
 		w.endFrame()
 	}
-	if rec.Payload != nil {
+	if rec.Payload != nil && w.err == nil { // do not copy a payload for a record already refused
+
 		w.payload(rec.Payload)
 		w.endFrame()
 	}
@@ -304,7 +307,7 @@ func (w *writer) metadata(md Metadata) {
 func (w *writer) payload(p *Payload) {
 	w.path.push("payload")
 	defer w.path.pop()
-	if len(p.Data) > MaxPayloadData {
+	if uint64(len(p.Data)) > MaxPayloadData { // uint64: the bound does not fit a 32-bit int
 		w.fail(ClassInvalidField, "payload", "over 4294966774 bytes")
 		return
 	}

@@ -139,8 +139,8 @@ func (r *Record) Command() Command {
 	return r.Body.Command()
 }
 
-// Body is a command body. The set of implementations is closed (the methods that encode
-// and decode are unexported).
+// Body is a command body. The set of implementations is closed: the interface has
+// unexported methods, so only the eight body types of this package satisfy it.
 type Body interface {
 	Command() Command
 	// flags returns the head flags the body itself implies (the bound-session tail).
