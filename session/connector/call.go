@@ -44,8 +44,9 @@ func WithCompression() CallOption { return CallOption{kind: optionCompression} }
 // malformed Error payload with ErrFrameDecode. Without a ctx deadline the request times
 // out after RequestTimeout. On timeout or cancel the request stops being pending, and a
 // late reply is dropped. A drop of the connection fails it with a *CloseError; it is
-// never resent. ctx bounds the wait for the reply, not the transport write: a write
-// blocked by a peer that stops reading ends only with a drop or Close.
+// never resent. ctx bounds the wait for the reply and the wait for room in a full write
+// queue (see Send), not a transport write in progress: a write blocked by a peer that
+// stops reading ends only with a drop or Close.
 func (c *Connector) Request(ctx context.Context, name string, req, resp any, opts ...CallOption) error {
 	payload, err := c.marshal(name, req)
 	if err != nil {
@@ -95,7 +96,11 @@ func (c *Connector) SendRaw(ctx context.Context, name string, id wire.Codec, pay
 		return err
 	}
 	h := wire.Header{Kind: wire.KindSend, Codec: id, Name: name}
-	bp, err := c.encode(&h, payload, opts, 0)
+	var now time.Time
+	if !c.opts.DiagnosticsOff {
+		now = time.Now() // for the flow id
+	}
+	bp, err := c.encode(&h, payload, opts, 0, now)
 	if err != nil {
 		return err
 	}
@@ -143,7 +148,8 @@ func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, p
 	// The correlation id is a hex counter string like the TypeScript connector's; unique
 	// among pending requests because the seq is. encode writes it.
 	h := wire.Header{Kind: wire.KindRequest, Codec: id, RequestSeq: seq, Name: name}
-	bp, err := c.encode(&h, payload, opts, seq)
+	now := time.Now() // for the flow id and the expiry of a lead
+	bp, err := c.encode(&h, payload, opts, seq, now)
 	if err != nil {
 		return err
 	}
@@ -164,7 +170,7 @@ func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, p
 		return cl.err
 	}
 	if gen, ok := cn.tryLead(); ok {
-		return c.lead(ctx, cn, gen, name, seq, cl)
+		return c.lead(ctx, cn, gen, name, seq, cl, now)
 	}
 	return c.follow(ctx, cn, name, seq, cl)
 }
@@ -213,10 +219,10 @@ func (c *Connector) follow(ctx context.Context, cn *conn, name string, seq uint6
 // A deadline may also fire for a reason that is not this request's (one left behind by
 // an earlier holder or a late AfterFunc): every holder treats a timeout as "check
 // whether my wait is over, else resume", and the frame reader keeps partial frames.
-func (c *Connector) lead(ctx context.Context, cn *conn, gen uint64, name string, seq uint64, cl *call) error {
+func (c *Connector) lead(ctx context.Context, cn *conn, gen uint64, name string, seq uint64, cl *call, start time.Time) error {
 	var expire time.Time
 	if _, ok := ctx.Deadline(); !ok {
-		expire = time.Now().Add(c.opts.RequestTimeout)
+		expire = start.Add(c.opts.RequestTimeout)
 		if cn.rdl.IsZero() || cn.rdl.After(expire) {
 			cn.setLeadDeadline(expire)
 		}
@@ -279,9 +285,10 @@ func requestContextError(ctx context.Context, name string) error {
 }
 
 // encode builds the frame for h and payload into a pooled buffer, applying the call
-// options, the ids (the correlation id of request seq when seq > 0, and the flow
-// fields) and the send bound; nothing is written on failure.
-func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, seq uint64) (*[]byte, error) {
+// options, the ids (the correlation id of request seq when seq > 0, and unless
+// diagnostics are off a flow of time now) and the send bound; nothing is written on
+// failure.
+func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, seq uint64, now time.Time) (*[]byte, error) {
 	compressed := false
 	for _, o := range opts {
 		switch o.kind {
@@ -304,22 +311,18 @@ func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, se
 	if len(payload) > c.opts.MaxSendPayload {
 		return nil, fmt.Errorf("%w: %q payload of %d bytes, limit %d", ErrValidation, h.Name, len(payload), c.opts.MaxSendPayload)
 	}
-	// Placeholders of the right length, overwritten below (see patchIDs).
 	if seq > 0 {
-		h.CorrelationID = corrPlaceholder[:corrLen(seq)]
-	}
-	flow := !c.opts.DiagnosticsOff
-	if flow {
-		h.FlowID, h.FlowOrigin = flowPlaceholder, wire.FlowApplication
+		h.CorrelationID = corrPlaceholder[:corrLen(seq)] // see finishHeader
 	}
 	bp := getBuf()
-	b, err := wire.AppendFrame((*bp)[:0], h, payload)
-	*bp = b
+	b := wire.AppendPrefix((*bp)[:0], 0, len(payload)) // header_len: finishHeader
+	b, err := wire.AppendHeader(b, h)
 	if err != nil {
 		putBuf(bp)
 		return nil, validationError(err)
 	}
-	patchIDs(b, seq, flow)
+	b = finishHeader(b, seq, !c.opts.DiagnosticsOff, now)
+	*bp = append(b, payload...)
 	return bp, nil
 }
 

@@ -3,11 +3,13 @@
 // matches replies by request_seq, delivers server pushes to handlers, keeps the
 // connection alive with heartbeats and reconnects after drops.
 //
-// A Connector is safe for concurrent use. Each live connection has one read goroutine
-// and, when heartbeats are on, one heartbeat goroutine; writes are serialized by a
-// mutex and each call writes its whole frame in one transport write (one WebSocket
-// binary message). Callbacks (handlers, OnStateChange, OnError) run in order on one
-// dispatch goroutine, so a slow handler never delays replies or heartbeats.
+// A Connector is safe for concurrent use. Each live connection has a read goroutine, a
+// write goroutine and, when heartbeats are on, a heartbeat goroutine. Frames are
+// written whole and in call order through one queue, so frames produced concurrently
+// share transport writes (one WebSocket binary message holds whole frames). On tcp and
+// tls a request usually reads its own reply instead of waiting for the read goroutine
+// (see conn). Callbacks (handlers, OnStateChange, OnError) run in order on one dispatch
+// goroutine, so a slow handler never delays replies or heartbeats.
 //
 // Dispatch is always Immediate in the spec's terms: the Manual mode of digest §4.7
 // (queue callbacks until the application pumps) is not implemented, and neither is the
@@ -68,6 +70,9 @@ type Connector struct {
 
 	hmu      sync.RWMutex
 	handlers map[string]func(Message)
+
+	grace time.Duration // readerGrace; tests change it before Connect
+	leads atomic.Uint64 // requests that read their own reply (see conn), for tests
 }
 
 // attempt lets Connect callers wait for a connect or reconnect that is already running.
@@ -90,7 +95,7 @@ func New(endpoint string, opts Options) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{ep: ep, opts: opts, handlers: make(map[string]func(Message))}
+	c := &Connector{ep: ep, opts: opts, handlers: make(map[string]func(Message)), grace: readerGrace}
 	c.life, c.kill = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -187,8 +192,9 @@ func (c *Connector) Connect(ctx context.Context) error {
 	return err
 }
 
-// Close ends the connector for good: the live connection is closed (no frame is sent;
-// the server sees the transport close, reason ClientClose), pending requests fail with a
+// Close ends the connector for good: frames already queued by Send are written (for at
+// most a second), then the live connection is closed (no frame is added; the server
+// sees the transport close, reason ClientClose), pending requests fail with a
 // *CloseError matching ErrClosed, the reconnect loop stops, and Close waits for the read,
 // heartbeat, reconnect and dispatch goroutines. Callbacks still queued are discarded;
 // OnStateChange(StateClosed) is the last callback. If a callback is running when Close
