@@ -4,7 +4,8 @@ import (
 	"context"
 )
 
-// Context is what an Actor sees during one turn.
+// Context is what an Actor sees during one turn. It is valid only during that turn:
+// the host reuses it for the activation's next turn.
 type Context struct {
 	context.Context
 	host *Host

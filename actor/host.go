@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync"
 
 	proto "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
 
@@ -47,6 +49,38 @@ type Host struct {
 
 	unsubscribe func()
 	dirPID      *proto.PID
+
+	pidMu sync.Mutex
+	pids  map[pidKey]*proto.PID // remote activations' PIDs, resolved once
+}
+
+type pidKey struct {
+	node mesh.NodeID
+	ref  Ref
+}
+
+// maxCachedPIDs bounds the PID cache; it is simply cleared when full.
+const maxCachedPIDs = 1 << 16
+
+func (h *Host) remotePID(to RouteFence) (*proto.PID, error) {
+	k := pidKey{node: to.Node, ref: to.Ref}
+	h.pidMu.Lock()
+	pid, ok := h.pids[k]
+	h.pidMu.Unlock()
+	if ok {
+		return pid, nil
+	}
+	pid, err := h.node.ActorPID(to.Node, activationName(to.Ref))
+	if err != nil {
+		return nil, err
+	}
+	h.pidMu.Lock()
+	if len(h.pids) >= maxCachedPIDs {
+		h.pids = map[pidKey]*proto.PID{}
+	}
+	h.pids[k] = pid
+	h.pidMu.Unlock()
+	return pid, nil
 }
 
 // activation is one live Actor.
@@ -68,7 +102,7 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}}
+	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, pids: map[pidKey]*proto.PID{}}
 	if h.log == nil {
 		h.log = node.Logger()
 	}
@@ -179,7 +213,7 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 	}}
 	impl := k.New()
 	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} })
-	pid, err := h.system.Root.SpawnNamed(props, fmt.Sprintf("actor/%s/%s/%d", kind, id, gen))
+	pid, err := h.system.Root.SpawnNamed(props, activationName(a.fence.Ref))
 	if err != nil {
 		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
 	}
@@ -231,13 +265,24 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	if err != nil {
 		return err
 	}
-	if err := h.node.Send(to.Node, rec); err != nil {
+	// Addressed straight to the activation: no hop through the node's record receiver.
+	pid, err := h.remotePID(to)
+	if err == nil {
+		err = h.node.SendToPID(to.Node, pid, rec)
+	}
+	if err != nil {
 		if errors.Is(err, mesh.ErrUnavailable) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return err
 	}
 	return nil
+}
+
+// activationName is the protoactor name of an activation on its node: senders on other
+// nodes address record 24 to it directly.
+func activationName(r Ref) string {
+	return "actor/" + r.ID + "@" + strconv.FormatUint(r.ObjectGeneration, 10)
 }
 
 func fenceMatches(cur, want RouteFence) bool {
@@ -256,7 +301,7 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 	}
 	a, found := h.local(to.ID)
 	if !found || !fenceMatches(a.fence, to) {
-		h.log.Debug("actor: record 24 for a stale fence dropped", "from", from.String(), "target", to.String())
+		h.node.DropStale(from, "record 24 for "+to.String()+": no such activation")
 		return
 	}
 	h.system.Root.Send(a.pid, msg)
@@ -294,6 +339,7 @@ type shell struct {
 	h    *Host
 	act  *activation
 	impl Actor
+	ctx  Context // reused: turns of one activation never overlap
 }
 
 func (s *shell) Receive(pctx proto.Context) {
@@ -305,10 +351,28 @@ func (s *shell) Receive(pctx proto.Context) {
 		msg = Stopping{}
 	case *Message:
 		msg = m
+	case *meshpb.Envelope:
+		// A record 24 addressed straight to this activation: validate it as the record
+		// receiver would, then check the fence against this activation.
+		from, rec, ok := s.h.node.Accept(m)
+		if !ok {
+			return
+		}
+		to, am, ok := decodeActorSend(rec)
+		if !ok {
+			s.h.node.DropStale(from, "record "+rec.Command().String()+" addressed to an Actor")
+			return
+		}
+		if !fenceMatches(s.act.fence, to) {
+			s.h.node.DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
+			return
+		}
+		msg = am
 	default:
 		return
 	}
-	ctx := &Context{Context: context.Background(), host: s.h, act: s.act, msg: msg}
+	s.ctx = Context{Context: context.Background(), host: s.h, act: s.act, msg: msg}
+	ctx := &s.ctx
 	defer func() {
 		if r := recover(); r != nil {
 			s.h.log.Error("actor turn panicked", "actor", s.act.fence.Ref.String(), "kind", s.act.kind, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

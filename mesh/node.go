@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/hashicorp/memberlist"
 	"go.opentelemetry.io/otel"
@@ -87,6 +88,8 @@ type Node struct {
 	meshAddr string
 	remAddr  string
 	meta     nodeMeta
+
+	deadLetters *eventstream.Subscription
 }
 
 // Errors of node start-up.
@@ -172,6 +175,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	rc.MaxRetryCount = 2
 	n.remote = remote.NewRemote(n.system, rc)
 	n.remote.Start()
+	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
 	if _, err := n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} }), recordsActorName); err != nil {
 		n.shutdownTransport()
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
@@ -344,6 +348,10 @@ func (n *Node) finish() {
 }
 
 func (n *Node) shutdownTransport() {
+	n.metrics.unregister()
+	if n.deadLetters != nil {
+		n.system.EventStream.Unsubscribe(n.deadLetters)
+	}
 	n.remote.Shutdown(false)
 	if n.ownSys {
 		n.system.Shutdown()

@@ -68,11 +68,28 @@ func (a *recordsActor) Receive(ctx actor.Context) {
 }
 
 func (n *Node) receive(env *meshpb.Envelope) {
-	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
+	from, rec, ok := n.Accept(env)
+	if !ok {
+		return
+	}
+	h := n.handler(rec.Command())
+	if h == nil {
+		n.drop(DropNoHandler, from, "no handler for command "+rec.Command().String(), nil)
+		return
+	}
+	h(from, rec)
+}
+
+// Accept validates an inbound envelope (addressed to this node lifecycle, from a
+// current member, a well-formed record), counts and taps it, and returns the record.
+// Invalid envelopes are counted as dropped and logged; ok is then false. Actors that
+// receive records addressed straight to them call this before anything else.
+func (n *Node) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
+	from = NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	to := NodeID{RID: env.ToRid, Generation: env.ToGeneration}
 	if n.stopping.Load() {
 		n.drop(DropShutdown, from, "node shutting down", nil)
-		return
+		return from, nil, false
 	}
 	if to.RID != n.id.RID || to.Generation != n.id.Generation {
 		detail := "addressed to another node"
@@ -82,25 +99,41 @@ func (n *Node) receive(env *meshpb.Envelope) {
 			detail = "addressed to an unknown lifecycle of this node"
 		}
 		n.drop(DropStaleTarget, from, detail, nil)
-		return
+		return from, nil, false
 	}
 	if _, live := n.members.live(from); !live {
 		n.drop(DropStaleTarget, from, "sender is not a current member", nil)
-		return
+		return from, nil, false
 	}
 	rec, err := wire.Decode(env.Frames)
 	if err != nil {
 		n.drop(DropDecodeError, from, "malformed record", err)
-		return
-	}
-	h := n.handler(rec.Command())
-	if h == nil {
-		n.drop(DropNoHandler, from, "no handler for command "+rec.Command().String(), nil)
-		return
+		return from, nil, false
 	}
 	n.metrics.record(rec.Command(), Inbound)
 	n.tap(TapRecord{Direction: Inbound, Command: rec.Command(), From: from, To: to})
-	h(from, rec)
+	return from, rec, true
+}
+
+// DropStale counts and logs a valid record that a receiver found stale (a fence that
+// is no longer current).
+func (n *Node) DropStale(from NodeID, detail string) {
+	n.drop(DropStaleTarget, from, detail, nil)
+}
+
+// onDeadLetter counts envelopes addressed to an actor that no longer exists.
+func (n *Node) onDeadLetter(evt any) {
+	dl, ok := evt.(*actor.DeadLetterEvent)
+	if !ok {
+		return
+	}
+	msg := dl.Message
+	if me, ok := msg.(*actor.MessageEnvelope); ok {
+		msg = me.Message
+	}
+	if env, ok := msg.(*meshpb.Envelope); ok {
+		n.drop(DropStaleTarget, NodeID{RID: env.FromRid, Generation: env.FromGeneration}, "addressed to an actor that is not active", nil)
+	}
 }
 
 // Handle registers the handler of one command. A later call replaces it.
@@ -117,10 +150,36 @@ func (n *Node) Handle(cmd wire.Command, h RecordHandler) {
 
 func (n *Node) handler(cmd wire.Command) RecordHandler { return (*n.handlers.Load())[cmd] }
 
-// Send sends a record to the node lifecycle to. It fails with ErrUnavailable, without
-// sending, when to is not a live member; delivery is otherwise at most once (remote
-// sends are one-way; the spec's replies are records too).
+// Send sends a record to the node lifecycle to, for the handler of its command. It
+// fails with ErrUnavailable, without sending, when to is not a live member; delivery is
+// otherwise at most once (remote sends are one-way; the spec's replies are records too).
 func (n *Node) Send(to NodeID, rec *wire.Record) error {
+	return n.SendTo(to, recordsActorName, rec)
+}
+
+// SendTo is Send addressed straight to the actor named actorName on the node: the
+// record skips the node's record receiver (one mailbox hop less), and the receiving
+// actor validates it with Accept.
+func (n *Node) SendTo(to NodeID, actorName string, rec *wire.Record) error {
+	return n.sendTo(to, actorName, nil, rec)
+}
+
+// SendToPID is SendTo with a PID the caller caches (see ActorPID): resolving a fresh
+// PID per record costs allocations on the hot path.
+func (n *Node) SendToPID(to NodeID, pid *actor.PID, rec *wire.Record) error {
+	return n.sendTo(to, "", pid, rec)
+}
+
+// ActorPID returns the PID of the actor named actorName on the live member to.
+func (n *Node) ActorPID(to NodeID, actorName string) (*actor.PID, error) {
+	mem, ok := n.members.live(to)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, to)
+	}
+	return actor.NewPID(mem.RemoteAddr, actorName), nil
+}
+
+func (n *Node) sendTo(to NodeID, actorName string, pid *actor.PID, rec *wire.Record) error {
 	if n.stopping.Load() {
 		return ErrStopped
 	}
@@ -139,7 +198,14 @@ func (n *Node) Send(to NodeID, rec *wire.Record) error {
 	}
 	n.metrics.record(rec.Command(), Outbound)
 	n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
-	n.system.Root.Send(n.recordsPID(mem.RemoteAddr), env)
+	switch {
+	case pid != nil:
+		n.system.Root.Send(pid, env)
+	case actorName == recordsActorName:
+		n.system.Root.Send(n.recordsPID(mem.RemoteAddr), env)
+	default:
+		n.system.Root.Send(actor.NewPID(mem.RemoteAddr, actorName), env)
+	}
 	return nil
 }
 
@@ -237,12 +303,13 @@ func (d *dropLogger) log(log interface {
 	log.Warn("mesh: record dropped", args...)
 }
 
-// meshMetrics are the record counters. Attribute sets are built once per command.
+// meshMetrics are the record counters. Per-record counts are atomics that an
+// observable counter reads, so the record path makes no instrument call.
 type meshMetrics struct {
-	records metric.Int64Counter
-	drops   metric.Int64Counter
-	byCmd   [256][2]atomic.Pointer[metric.AddOption] // command x direction
-	attrs   sync.Map                                 // drop reason -> metric.AddOption
+	byCmd [256][2]atomic.Int64 // command x direction (0 in, 1 out)
+	drops metric.Int64Counter
+	attrs sync.Map // drop reason -> metric.AddOption
+	reg   metric.Registration
 }
 
 func newMeshMetrics(mp metric.MeterProvider) (*meshMetrics, error) {
@@ -250,15 +317,37 @@ func newMeshMetrics(mp metric.MeterProvider) (*meshMetrics, error) {
 	var err error
 	zm := mp.Meter("zlink.framework")
 	mm := mp.Meter("github.com/meshnode/meshnode/mesh")
-	if m.records, err = mm.Int64Counter("meshnode.mesh.records", metric.WithUnit("{record}"),
-		metric.WithDescription("Service-wire records crossing this node's boundary, by command and direction.")); err != nil {
+	records, err := mm.Int64ObservableCounter("meshnode.mesh.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Service-wire records crossing this node's boundary, by command and direction."))
+	if err != nil {
 		return nil, err
 	}
 	if m.drops, err = zm.Int64Counter("zlink.mesh_node.messages.dropped", metric.WithUnit("{message}"),
 		metric.WithDescription("Inbound records dropped before dispatch, by reason.")); err != nil {
 		return nil, err
 	}
+	dirs := [2]string{string(Inbound), string(Outbound)}
+	m.reg, err = mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for cmd := range m.byCmd {
+			for d := range dirs {
+				if v := m.byCmd[cmd][d].Load(); v > 0 {
+					o.ObserveInt64(records, v, metric.WithAttributes(
+						attribute.String("command", wire.Command(cmd).String()), attribute.String("direction", dirs[d])))
+				}
+			}
+		}
+		return nil
+	}, records)
+	if err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+func (m *meshMetrics) unregister() {
+	if m.reg != nil {
+		_ = m.reg.Unregister()
+	}
 }
 
 func (m *meshMetrics) record(cmd wire.Command, dir Direction) {
@@ -266,14 +355,7 @@ func (m *meshMetrics) record(cmd wire.Command, dir Direction) {
 	if dir == Outbound {
 		d = 1
 	}
-	slot := &m.byCmd[cmd][d]
-	opt := slot.Load()
-	if opt == nil {
-		o := metric.AddOption(metric.WithAttributes(attribute.String("command", cmd.String()), attribute.String("direction", string(dir))))
-		slot.CompareAndSwap(nil, &o)
-		opt = slot.Load()
-	}
-	m.records.Add(context.Background(), 1, *opt)
+	m.byCmd[cmd][d].Add(1)
 }
 
 func (m *meshMetrics) dropped(reason string) {

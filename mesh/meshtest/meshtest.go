@@ -35,6 +35,8 @@ type Options struct {
 	OnStart func(i int, n *mesh.Node) (stop func())
 	// ConvergeTimeout bounds Start's wait for every node to see every other (default 20 s).
 	ConvergeTimeout time.Duration
+	// NoTap leaves the record tap off: benchmarks send millions of records.
+	NoTap bool
 }
 
 // Cluster is a running test mesh.
@@ -101,7 +103,9 @@ func (c *Cluster) startNode(i int, prev *mesh.Node) error {
 	if err != nil {
 		return err
 	}
-	n.SetTap(c.tap.record)
+	if !c.opts.NoTap {
+		n.SetTap(c.tap.record)
+	}
 	var stop func()
 	if c.opts.OnStart != nil {
 		stop = c.opts.OnStart(i, n)

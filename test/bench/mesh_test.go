@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	proto "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/meshtest"
+)
+
+// payload64 is the 64-byte application payload of the send benchmarks.
+var payload64 = make([]byte, 64)
+
+// countTo signals done when it has counted target messages.
+type countTo struct {
+	n, target atomic.Int64
+	done      chan struct{}
+}
+
+func (c *countTo) arm(n int) {
+	c.n.Store(0)
+	c.target.Store(int64(n))
+	c.done = make(chan struct{})
+}
+
+func (c *countTo) hit() {
+	if c.n.Add(1) == c.target.Load() {
+		close(c.done)
+	}
+}
+
+// BenchmarkRawRemoteSend is the baseline for cross-node Actor sends: protoactor-go
+// remote one-way sends of a 64-byte protobuf between the same two nodes' actor
+// systems, to a plain protoactor actor.
+func BenchmarkRawRemoteSend(b *testing.B) {
+	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true})
+	cnt := &countTo{}
+	pid, err := c.Node(1).ActorSystem().Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
+			cnt.hit()
+		}
+	}), "bench-raw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := proto.NewPID(c.Node(1).RemoteAddr(), pid.Id)
+	root := c.Node(0).ActorSystem().Root
+	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	cnt.arm(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		root.Send(target, msg)
+	}
+	<-cnt.done
+}
+
+type countingActor struct{ c *countTo }
+
+func (a countingActor) Receive(ctx *actor.Context) {
+	if _, ok := ctx.Message().(*actor.Message); ok {
+		a.c.hit()
+	}
+}
+
+// BenchmarkActorSendCrossNode: Actor-to-Actor one-way sends to an Actor on the other
+// node, each carried by a service-wire record 24 in a protobuf envelope.
+func BenchmarkActorSendCrossNode(b *testing.B) {
+	cnt := &countTo{}
+	hosts := make([]*actor.Host, 2)
+	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true, OnStart: func(i int, n *mesh.Node) func() {
+		h, err := actor.NewHost(n, actor.HostOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = h.Register(actor.Kind{Name: "count", New: func() actor.Actor { return countingActor{cnt} }})
+		hosts[i] = h
+		return h.Close
+	}})
+	ctx := context.Background()
+	to, err := hosts[0].LookupOn(ctx, "count", "target", c.Node(1).ID().RID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := actor.Message{Name: "tick", ContentType: "application/octet-stream", Data: payload64}
+	cnt.arm(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := hosts[0].Send(ctx, to, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-cnt.done
+}
+
+// convergence starts n in-process nodes with the given timing and reports the seconds
+// until every node sees every other.
+func convergence(b *testing.B, n int, preset mesh.Preset) {
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		c := meshtest.Start(b, n, meshtest.Options{Preset: preset, ConvergeTimeout: 90 * time.Second})
+		b.ReportMetric(time.Since(start).Seconds(), "s/converge")
+		b.StopTimer()
+		for j := 0; j < n; j++ {
+			c.Kill(j)
+		}
+		b.StartTimer()
+	}
+}
+
+func BenchmarkConvergence10NodesLocal(b *testing.B) { convergence(b, 10, mesh.PresetLocal) }
+func BenchmarkConvergence30NodesLocal(b *testing.B) { convergence(b, 30, mesh.PresetLocal) }
+func BenchmarkConvergence10NodesTest(b *testing.B)  { convergence(b, 10, mesh.PresetTest) }
+func BenchmarkConvergence30NodesTest(b *testing.B)  { convergence(b, 30, mesh.PresetTest) }
+
+// BenchmarkFailureDetectionLAN reports the seconds from killing one of three nodes to
+// the survivors marking it failed, with the production (LAN) timing.
+func BenchmarkFailureDetectionLAN(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c := meshtest.Start(b, 3, meshtest.Options{Preset: mesh.PresetLAN + 0, ConvergeTimeout: 60 * time.Second})
+		_ = c
+		b.StartTimer()
+		failureDetection(b, c)
+	}
+}
+
+func failureDetection(b *testing.B, c *meshtest.Cluster) {
+	victim := c.Node(2).ID()
+	failed := make(chan time.Duration, 2)
+	start := time.Now()
+	for _, i := range []int{0, 1} {
+		unsub := c.Node(i).Subscribe(func(e mesh.MemberEvent) {
+			if e.Type == mesh.EventFailed && e.Member.ID == victim {
+				failed <- time.Since(start)
+			}
+		})
+		defer unsub()
+	}
+	start = time.Now()
+	c.Kill(2)
+	var worst time.Duration
+	for k := 0; k < 2; k++ {
+		select {
+		case d := <-failed:
+			worst = max(worst, d)
+		case <-time.After(60 * time.Second):
+			b.Fatal(fmt.Errorf("failure not detected"))
+		}
+	}
+	b.ReportMetric(worst.Seconds(), "s/detect")
+}
