@@ -43,6 +43,6 @@ fuzz:
 
 ## lint: gofmt, go vet, staticcheck
 lint:
-	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt: files above need formatting"; exit 1)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^third_party/'))" || (echo "gofmt: run gofmt -w on the files gofmt -l lists"; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)

@@ -3,7 +3,6 @@ package stream_test
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -560,16 +559,6 @@ func mustNotErr(t testing.TB, err error, what string) {
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-}
-
-// isErr reports errors.Is for a list of targets.
-func isAll(err error, targets ...error) bool {
-	for _, tg := range targets {
-		if !errors.Is(err, tg) {
-			return false
-		}
-	}
-	return true
 }
 
 // headerLen returns the encoded length of h's header (what MaxMessageSize counts

@@ -67,7 +67,7 @@ func TestMetrics_ConnectionsOpenedActiveClosed(t *testing.T) {
 		for _, dp := range s.DataPoints {
 			for _, kv := range dp.Attributes.ToSlice() {
 				if !allowed[kv.Key] {
-					t.Errorf("%s has label %s=%s (labels must be bounded sets only)", name, kv.Key, kv.Value.Emit())
+					t.Errorf("%s has label %s=%s (labels must be bounded sets only)", name, kv.Key, kv.Value.String())
 				}
 			}
 			if v, ok := dp.Attributes.Value("transport"); !ok || !oneOf(v.AsString(), "tcp", "tls", "ws", "wss") {
