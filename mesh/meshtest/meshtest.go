@@ -22,9 +22,9 @@ import (
 
 // Options tunes a test mesh. The zero value is fine.
 type Options struct {
-	// Preset is memberlist's timing (default mesh.PresetTest: fast convergence and
-	// failure detection).
-	Preset mesh.Preset
+	// Timing is memberlist's timing (default TimingTest: fast convergence and failure
+	// detection).
+	Timing Timing
 	// Logger receives the nodes' logs (default: discarded; many nodes logging to the
 	// test log drown the failure that matters).
 	Logger *slog.Logger
@@ -37,6 +37,25 @@ type Options struct {
 	ConvergeTimeout time.Duration
 	// NoTap leaves the record tap off: benchmarks send millions of records.
 	NoTap bool
+}
+
+// Timing picks the memberlist timing of a test mesh.
+type Timing int
+
+const (
+	TimingTest  Timing = iota // mesh.PresetTest: fast, for tests
+	TimingLocal               // mesh.PresetLocal: memberlist's DefaultLocalConfig
+	TimingLAN                 // mesh.PresetLAN: the production default
+)
+
+func (t Timing) preset() mesh.Preset {
+	switch t {
+	case TimingLocal:
+		return mesh.PresetLocal
+	case TimingLAN:
+		return mesh.PresetLAN
+	}
+	return mesh.PresetTest
 }
 
 // Cluster is a running test mesh.
@@ -58,9 +77,6 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 	if opts.ConvergeTimeout == 0 {
 		opts.ConvergeTimeout = 20 * time.Second
 	}
-	if opts.Preset == mesh.PresetLAN {
-		opts.Preset = mesh.PresetTest
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -81,7 +97,7 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 }
 
 func (c *Cluster) startNode(i int, prev *mesh.Node) error {
-	cfg := mesh.Config{Preset: c.opts.Preset, Logger: c.opts.Logger.With("node", i)}
+	cfg := mesh.Config{Preset: c.opts.Timing.preset(), Logger: c.opts.Logger.With("node", i)}
 	if prev != nil {
 		// A restart is the same node: same RID, same ports, a new generation.
 		cfg.RID = prev.ID().RID

@@ -103,10 +103,10 @@ func BenchmarkActorSendCrossNode(b *testing.B) {
 
 // convergence starts n in-process nodes with the given timing and reports the seconds
 // until every node sees every other.
-func convergence(b *testing.B, n int, preset mesh.Preset) {
+func convergence(b *testing.B, n int, timing meshtest.Timing) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		c := meshtest.Start(b, n, meshtest.Options{Preset: preset, ConvergeTimeout: 90 * time.Second})
+		c := meshtest.Start(b, n, meshtest.Options{Timing: timing, NoTap: true, ConvergeTimeout: 90 * time.Second})
 		b.ReportMetric(time.Since(start).Seconds(), "s/converge")
 		b.StopTimer()
 		for j := 0; j < n; j++ {
@@ -116,18 +116,29 @@ func convergence(b *testing.B, n int, preset mesh.Preset) {
 	}
 }
 
-func BenchmarkConvergence10NodesLocal(b *testing.B) { convergence(b, 10, mesh.PresetLocal) }
-func BenchmarkConvergence30NodesLocal(b *testing.B) { convergence(b, 30, mesh.PresetLocal) }
-func BenchmarkConvergence10NodesTest(b *testing.B)  { convergence(b, 10, mesh.PresetTest) }
-func BenchmarkConvergence30NodesTest(b *testing.B)  { convergence(b, 30, mesh.PresetTest) }
+func BenchmarkConvergence10NodesLAN(b *testing.B)   { convergence(b, 10, meshtest.TimingLAN) }
+func BenchmarkConvergence30NodesLAN(b *testing.B)   { convergence(b, 30, meshtest.TimingLAN) }
+func BenchmarkConvergence10NodesLocal(b *testing.B) { convergence(b, 10, meshtest.TimingLocal) }
+func BenchmarkConvergence30NodesLocal(b *testing.B) { convergence(b, 30, meshtest.TimingLocal) }
+func BenchmarkConvergence10NodesTest(b *testing.B)  { convergence(b, 10, meshtest.TimingTest) }
+func BenchmarkConvergence30NodesTest(b *testing.B)  { convergence(b, 30, meshtest.TimingTest) }
+
+// BenchmarkFailureDetectionTest is the same with the test timing meshtest uses.
+func BenchmarkFailureDetectionTest(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c := meshtest.Start(b, 3, meshtest.Options{})
+		b.StartTimer()
+		failureDetection(b, c)
+	}
+}
 
 // BenchmarkFailureDetectionLAN reports the seconds from killing one of three nodes to
 // the survivors marking it failed, with the production (LAN) timing.
 func BenchmarkFailureDetectionLAN(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		c := meshtest.Start(b, 3, meshtest.Options{Preset: mesh.PresetLAN + 0, ConvergeTimeout: 60 * time.Second})
-		_ = c
+		c := meshtest.Start(b, 3, meshtest.Options{Timing: meshtest.TimingLAN, ConvergeTimeout: 60 * time.Second})
 		b.StartTimer()
 		failureDetection(b, c)
 	}
