@@ -30,7 +30,7 @@ test:
 
 ## bench: the benchmarks, with their baselines in the same run, then the ratio report
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./session/... ./test/... | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./session/... ./mesh/... ./actor/... ./test/... | tee bench.out
 	$(GO) run ./test/benchreport < bench.out
 
 ## fuzz: every fuzz target for FUZZTIME each

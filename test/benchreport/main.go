@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -23,11 +24,35 @@ var pairs = []pair{
 	{"(c) connector echo, 100 conns vs raw TCP 100 conns", "ConnectorEcho100Conns", "RawTCP100Conns", 0.40},
 	{"server share: raw clients, 100 conns vs raw TCP 100 conns", "ServerEcho100ConnsRawClient", "RawTCP100Conns", 0},
 	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0},
+	{"server share: raw client pipelined Sends vs raw TCP pipelined", "ServerPipelinedRawClient", "RawTCPPipelined", 0},
+	{"cross-node Actor send vs raw protoactor remote send", "ActorSendCrossNode", "RawRemoteSend", 0.70},
 }
 
 type result struct {
 	nsPerOp, allocs float64
 	hasAllocs       bool
+	custom          map[string]float64 // b.ReportMetric units such as s/converge
+}
+
+// printMetrics lists the benchmarks that report a time of their own (convergence,
+// failure detection).
+func printMetrics(results map[string]result) {
+	var names []string
+	for n, r := range results {
+		if len(r.custom) > 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	fmt.Println("measured times:")
+	for _, n := range names {
+		for unit, v := range results[n].custom {
+			fmt.Printf("  %-40s %8.3f %s\n", n, v, unit)
+		}
+	}
 }
 
 func main() {
@@ -48,11 +73,19 @@ func main() {
 			if err != nil {
 				continue
 			}
-			switch f[i+1] {
+			switch unit := f[i+1]; unit {
 			case "ns/op":
 				r.nsPerOp = v
 			case "allocs/op":
 				r.allocs, r.hasAllocs = v, true
+			case "B/op", "MB/s":
+			default:
+				if strings.HasPrefix(unit, "s/") {
+					if r.custom == nil {
+						r.custom = map[string]float64{}
+					}
+					r.custom[unit] = v
+				}
 			}
 		}
 		if r.nsPerOp > 0 {
@@ -61,6 +94,7 @@ func main() {
 	}
 	fmt.Println()
 	fmt.Println("ratios (throughput of the benchmark / throughput of its baseline, same run):")
+	defer printMetrics(results)
 	for _, p := range pairs {
 		b, okB := results[p.bench]
 		a, okA := results[p.baseline]
