@@ -8,10 +8,15 @@ import (
 // the host reuses it for the activation's next turn.
 type Context struct {
 	context.Context
-	host *Host
-	act  *activation
-	msg  any
+	host  *Host
+	act   *activation
+	msg   any
+	shell *shell
 }
+
+// Attachment returns what a layer above Actors stored on this activation under key
+// (see Turn.SetAttachment).
+func (c *Context) Attachment(key any) any { return c.shell.attachments[key] }
 
 // Message returns the message of this turn: Started, Stopping, or a *Message.
 func (c *Context) Message() any { return c.msg }

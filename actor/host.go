@@ -52,6 +52,8 @@ type Host struct {
 
 	pidMu sync.Mutex
 	pids  map[pidKey]*proto.PID // remote activations' PIDs, resolved once
+
+	turnHandlers turnHandlers
 }
 
 type pidKey struct {
@@ -336,47 +338,68 @@ func (h *Host) onMembership(ev mesh.MemberEvent) {
 
 // shell adapts an application Actor to a protoactor actor.
 type shell struct {
-	h    *Host
-	act  *activation
-	impl Actor
-	ctx  Context // reused: turns of one activation never overlap
+	h           *Host
+	act         *activation
+	impl        Actor
+	ctx         Context // reused: turns of one activation never overlap
+	attachments map[any]any
 }
 
 func (s *shell) Receive(pctx proto.Context) {
-	var msg any
 	switch m := pctx.Message().(type) {
 	case *proto.Started:
-		msg = Started{}
+		s.deliver(Started{})
 	case *proto.Stopping:
-		msg = Stopping{}
+		s.deliver(Stopping{})
 	case *Message:
-		msg = m
+		s.deliver(m)
 	case *meshpb.Envelope:
-		// A record 24 addressed straight to this activation: validate it as the record
-		// receiver would, then check the fence against this activation.
-		from, rec, ok := s.h.node.Accept(m)
-		if !ok {
-			return
-		}
-		to, am, ok := decodeActorSend(rec)
-		if !ok {
-			s.h.node.DropStale(from, "record "+rec.Command().String()+" addressed to an Actor")
-			return
-		}
-		if !fenceMatches(s.act.fence, to) {
-			s.h.node.DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
-			return
-		}
-		msg = am
-	default:
+		s.receiveRecord(m)
+	}
+}
+
+// receiveRecord handles a record addressed straight to this activation: validated as
+// the node's record receiver would, then either an Actor message (plain 24) or a
+// record for the layer that registered its command (bindings).
+func (s *shell) receiveRecord(env *meshpb.Envelope) {
+	from, rec, ok := s.h.node.Accept(env)
+	if !ok {
 		return
 	}
-	s.ctx = Context{Context: context.Background(), host: s.h, act: s.act, msg: msg}
+	if send, isSend := rec.Body.(*wire.ActorSend); !isSend || send.BoundSession != nil {
+		if fn := s.h.turnHandler(rec.Command()); fn != nil {
+			t := &Turn{s: s}
+			s.guard(func() { fn(t, from, rec) })
+			return
+		}
+		s.h.node.DropStale(from, "record "+rec.Command().String()+" addressed to an Actor has no handler")
+		return
+	}
+	to, am, ok := decodeActorSend(rec)
+	if !ok {
+		s.h.node.DropStale(from, "record 24 without a payload")
+		return
+	}
+	if !fenceMatches(s.act.fence, to) {
+		s.h.node.DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
+		return
+	}
+	s.deliver(am)
+}
+
+// deliver runs the Actor's Receive with msg.
+func (s *shell) deliver(msg any) {
+	s.ctx = Context{Context: context.Background(), host: s.h, act: s.act, msg: msg, shell: s}
 	ctx := &s.ctx
+	s.guard(func() { s.impl.Receive(ctx) })
+}
+
+// guard runs fn; a panic is logged and goes no further.
+func (s *shell) guard(fn func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.h.log.Error("actor turn panicked", "actor", s.act.fence.Ref.String(), "kind", s.act.kind, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
-	s.impl.Receive(ctx)
+	fn()
 }

@@ -110,8 +110,11 @@ func (n *Node) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok b
 		n.drop(DropDecodeError, from, "malformed record", err)
 		return from, nil, false
 	}
-	n.metrics.record(rec.Command(), Inbound)
-	n.tap(TapRecord{Direction: Inbound, Command: rec.Command(), From: from, To: to})
+	if from != n.id {
+		// Same-node records (a binding whose Actor lives here) cross no boundary.
+		n.metrics.record(rec.Command(), Inbound)
+		n.tap(TapRecord{Direction: Inbound, Command: rec.Command(), From: from, To: to})
+	}
 	return from, rec, true
 }
 
@@ -196,8 +199,10 @@ func (n *Node) sendTo(to NodeID, actorName string, pid *actor.PID, rec *wire.Rec
 		ToRid: to.RID, ToGeneration: to.Generation,
 		Frames: frames,
 	}
-	n.metrics.record(rec.Command(), Outbound)
-	n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
+	if to != n.id {
+		n.metrics.record(rec.Command(), Outbound)
+		n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
+	}
 	switch {
 	case pid != nil:
 		n.system.Root.Send(pid, env)

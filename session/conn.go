@@ -56,6 +56,10 @@ type conn struct {
 	rescue *time.Timer   // fires rescueReader when a turn holds the read loop too long
 	inline atomic.Bool   // the read loop is posting a packet: the turn may run inline
 
+	rejectInbound   atomic.Bool // closing for replacement: no more application dispatch
+	hookMu          sync.Mutex
+	afterDisconnect []func(ctx context.Context, reason wire.CloseReason)
+
 	lastInbound   atomic.Int64 // unix nanos of the last inbound frame, for the idle timer
 	waitingPermit atomic.Bool  // the read loop waits for a permit: the idle clock stops
 	idleTimer     *time.Timer

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -14,14 +15,18 @@ import (
 // transportFault carries a transport error to the session owner.
 type transportFault struct{ err error }
 
+// submitted is a turn submitted with Peer.Submit.
+type submitted struct{ fn func(ctx context.Context) }
+
 // disconnected is the last message a session owner receives.
 type disconnected struct{ reason wire.CloseReason }
 
 // ownerActor is the session-owner actor of one connection: its mailbox is the serial
 // execution gate of the session's callbacks.
 type ownerActor struct {
-	c    *conn
-	sess Session
+	c        *conn
+	sess     Session
+	finished bool
 }
 
 func (a *ownerActor) Receive(ctx actor.Context) {
@@ -35,6 +40,10 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 		if h, ok := a.sess.(ConnectHandler); ok {
 			a.guard("connect", func() { h.OnConnect(a.c.ctx, a.c.peer) })
 		}
+	case *submitted:
+		if !a.finished {
+			a.guard("submitted turn", func() { m.fn(a.c.ctx) })
+		}
 	case *transportFault:
 		if h, ok := a.sess.(TransportErrorHandler); ok {
 			a.guard("transport error", func() { h.OnTransportError(a.c.ctx, a.c.peer, m.err) })
@@ -43,6 +52,13 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 		if h, ok := a.sess.(DisconnectHandler); ok {
 			a.guard("disconnect", func() { h.OnDisconnect(a.c.ctx, a.c.peer, m.reason) })
 		}
+		a.c.hookMu.Lock()
+		hooks := a.c.afterDisconnect
+		a.c.hookMu.Unlock()
+		for _, fn := range hooks {
+			a.guard("after-disconnect hook", func() { fn(a.c.ctx, m.reason) })
+		}
+		a.finished = true
 		a.c.finished()
 		ctx.Stop(ctx.Self())
 	}
@@ -63,6 +79,13 @@ func (a *ownerActor) guard(what string, fn func()) {
 // failure: a Request not yet replied gets an Error reply; nothing reaches the session's
 // transport-error callback (seed §7).
 func (a *ownerActor) dispatch(pkt *Packet) {
+	if a.c.rejectInbound.Load() {
+		a.c.host.metrics.dropped(a.c.transport, "session_closing")
+		if pkt.Kind == wire.KindRequest {
+			_ = pkt.ReplyError(codec.CodeShuttingDown, "session is closing")
+		}
+		return
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			a.c.host.log.Error("stream session packet callback panicked",

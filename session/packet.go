@@ -164,3 +164,27 @@ func (p *Peer) Close(reason wire.CloseReason, diagnostic string) error {
 	}
 	return nil
 }
+
+// Submit runs fn as a turn of this session: serially with its callbacks, never
+// concurrently with one. It returns ErrSessionClosed once the session is closing; a
+// turn submitted while the session closes may not run.
+func (p *Peer) Submit(fn func(ctx context.Context)) error {
+	if p.c.isClosing() {
+		return ErrSessionClosed
+	}
+	p.c.host.system.Root.Send(p.c.pid, &submitted{fn: fn})
+	return nil
+}
+
+// RejectInbound stops application dispatch of inbound packets while the connection
+// stays open for outbound frames (a session that is being replaced): a Request gets an
+// Error reply with code shutting_down, a Send is dropped.
+func (p *Peer) RejectInbound() { p.c.rejectInbound.Store(true) }
+
+// AfterDisconnect registers fn to run in the session's last turn, after the disconnect
+// callback. Components layered on sessions (bindings) clean up here.
+func (p *Peer) AfterDisconnect(fn func(ctx context.Context, reason wire.CloseReason)) {
+	p.c.hookMu.Lock()
+	p.c.afterDisconnect = append(p.c.afterDisconnect, fn)
+	p.c.hookMu.Unlock()
+}

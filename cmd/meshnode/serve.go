@@ -19,6 +19,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
@@ -61,10 +62,14 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	defer leave()
 	defer actors.Close()
+	binder := binding.New(node, actors, binding.Options{Logger: log})
+	if err := sampleapp.Register(actors, binder); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
 
 	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, ActorSystem: node.ActorSystem()})
-	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).Session(sampleapp.Type())
+	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).Session(sampleapp.Type(binder))
 	for _, s := range cfg.streams {
 		streamNode.Bind(s)
 	}

@@ -112,7 +112,7 @@ func startRawEcho(tb testing.TB) (addr string, stop func()) {
 func startMeshnode(tb testing.TB) (addr string, stop func()) {
 	tb.Helper()
 	h := session.NewHost(session.HostOptions{})
-	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type())
+	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil))
 	if err := h.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}

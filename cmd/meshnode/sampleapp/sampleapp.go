@@ -1,30 +1,53 @@
-// Package sampleapp is the session the meshnode binary serves by default: a small echo
-// service that shows the session surface and gives operators something to poke at.
+// Package sampleapp is the session the meshnode binary serves by default, and its
+// `room` Actor kind: a small service that shows the session surface and the binding of
+// sessions to Actors anywhere in the mesh.
 //
-//	Request "echo" -> Response with the same payload and codec
-//	Send "echo"    -> Send "echo" back with the same payload and codec
-//	Request "fail" -> Error with code "rejected"
+//	Request "echo"      -> Response with the same payload and codec
+//	Send "echo"         -> Send "echo" back with the same payload and codec
+//	Request "fail"      -> Error with code "rejected"
+//	Request "bind"      {"actor":ID} -> binds the session to room ID (placed by the
+//	                    directory); answers {"actor":ID,"node":RID,"bindingGeneration":G}
+//	Request "unbind"    {"actor":ID} -> unbinds; answers {}
+//	Request "room.echo" -> relayed; the room answers {"actor":ID,"node":RID,"payload":<request>}
+//	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload
+//	When another session binds the same room, this one gets Send "room.replaced"
+//	{"actor":ID} and is closed. With several rooms bound, metadata key "actor" picks one.
 package sampleapp
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
+// RoomKind is the name of the sample Actor kind.
+const RoomKind = "room"
+
 // Echo is the sample session.
-type Echo struct{}
+type Echo struct{ b *binding.Binder }
 
-// New returns a sample session; use it with session.NewSessionType(sampleapp.New).
-func New() *Echo { return &Echo{} }
+// Type is the sample session's type. With a nil binder only echo and fail work.
+func Type(b *binding.Binder) session.SessionType {
+	return session.NewSessionType(func() *Echo { return &Echo{b: b} })
+}
 
-// Type is the sample session's type.
-func Type() session.SessionType { return session.NewSessionType(New) }
+// Register adds the room kind to actors.
+func Register(actors *actor.Host, b *binding.Binder) error {
+	return actors.Register(actor.Kind{Name: RoomKind, New: func() actor.Actor { return &Room{b: b} }})
+}
+
+type actorArg struct {
+	Actor string `json:"actor"`
+}
 
 // OnPacket implements session.Session.
-func (*Echo) OnPacket(ctx context.Context, pkt *session.Packet) error {
+func (e *Echo) OnPacket(ctx context.Context, pkt *session.Packet) error {
 	switch {
 	case pkt.Name == "echo" && pkt.Kind == wire.KindRequest:
 		return pkt.Reply(pkt.Codec, pkt.Payload)
@@ -32,8 +55,107 @@ func (*Echo) OnPacket(ctx context.Context, pkt *session.Packet) error {
 		return pkt.Peer.Send(ctx, "echo", pkt.Codec, pkt.Payload)
 	case pkt.Name == "fail" && pkt.Kind == wire.KindRequest:
 		return pkt.ReplyError(codec.CodeRejected, "the sample app rejects every fail request")
+	case e.b != nil && pkt.Name == "bind" && pkt.Kind == wire.KindRequest:
+		return e.bind(ctx, pkt)
+	case e.b != nil && pkt.Name == "unbind" && pkt.Kind == wire.KindRequest:
+		var arg actorArg
+		if err := pkt.Decode(&arg); err != nil || arg.Actor == "" {
+			return pkt.ReplyError(codec.CodeInvalidOperation, `unbind needs {"actor":ID}`)
+		}
+		if err := e.b.Session(pkt.Peer).Unbind(ctx, arg.Actor); err != nil {
+			return pkt.ReplyError(errorCode(err), err.Error())
+		}
+		return pkt.Reply(wire.CodecJSON, []byte(`{}`))
+	case e.b != nil && len(pkt.Name) > 5 && pkt.Name[:5] == "room.":
+		return e.relay(ctx, pkt)
 	case pkt.Kind == wire.KindRequest:
 		return pkt.ReplyError(codec.CodeNotFound, "no handler for packet "+pkt.Name)
 	}
 	return nil
+}
+
+func (e *Echo) bind(ctx context.Context, pkt *session.Packet) error {
+	var arg struct {
+		Actor string `json:"actor"`
+		Kind  string `json:"kind"`
+	}
+	if err := pkt.Decode(&arg); err != nil || arg.Actor == "" {
+		return pkt.ReplyError(codec.CodeInvalidOperation, `bind needs {"actor":ID}`)
+	}
+	if arg.Kind == "" {
+		arg.Kind = RoomKind
+	}
+	fence, err := e.b.Actors().Lookup(ctx, arg.Kind, arg.Actor)
+	if err != nil {
+		return pkt.ReplyError(errorCode(err), err.Error())
+	}
+	s := e.b.Session(pkt.Peer)
+	peer := pkt.Peer
+	s.OnReplaced(func(ctx context.Context, actorID string) {
+		_ = peer.SendValue(ctx, "room.replaced", wire.CodecJSON, actorArg{Actor: actorID})
+	})
+	bd, err := s.Bind(ctx, fence)
+	if err != nil {
+		return pkt.ReplyError(errorCode(err), err.Error())
+	}
+	return pkt.ReplyValue(map[string]any{"actor": arg.Actor, "node": bd.Actor.Node.RID, "bindingGeneration": bd.BindingGeneration})
+}
+
+func (e *Echo) relay(ctx context.Context, pkt *session.Packet) error {
+	s := e.b.Session(pkt.Peer)
+	id, ok := pkt.Metadata.Get("actor")
+	if !ok {
+		if bs := s.Bindings(); len(bs) == 1 {
+			id = bs[0].Actor.ID
+		}
+	}
+	if err := s.Relay(ctx, id, pkt); err != nil {
+		if pkt.IsRequest() {
+			return pkt.ReplyError(errorCode(err), err.Error())
+		}
+		return nil
+	}
+	return nil
+}
+
+// errorCode maps binding and lookup errors to Error reply codes.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, binding.ErrNotBound), errors.Is(err, binding.ErrInvalidOperation):
+		return codec.CodeInvalidOperation
+	case errors.Is(err, actor.ErrUnknownKind), errors.Is(err, binding.ErrNotFound):
+		return codec.CodeNotFound
+	case errors.Is(err, actor.ErrBadID):
+		return codec.CodeInvalidOperation
+	case errors.Is(err, binding.ErrSessionClosing):
+		return codec.CodeShuttingDown
+	}
+	return codec.CodeUnavailable
+}
+
+// Room is the sample Actor: it answers room.echo and broadcasts room.say to its bound
+// session.
+type Room struct{ b *binding.Binder }
+
+// Receive implements actor.Actor.
+func (r *Room) Receive(ctx *actor.Context) {
+	m, ok := ctx.Message().(*binding.Relayed)
+	if !ok {
+		return
+	}
+	self := ctx.Self()
+	switch {
+	case m.Name == "room.echo" && m.Request:
+		payload := json.RawMessage(m.Payload)
+		if !json.Valid(payload) {
+			_ = r.b.ReplyError(ctx, m, codec.CodeInvalidOperation, "room.echo needs a JSON payload")
+			return
+		}
+		out, _ := json.Marshal(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
+		_ = r.b.Reply(ctx, m, wire.CodecJSON, out)
+	case m.Name == "room.say":
+		_ = r.b.Push(ctx, "room.said", m.Codec, m.Payload)
+	case m.Request:
+		_ = r.b.ReplyError(ctx, m, codec.CodeNotFound, "room has no handler for "+m.Name)
+	}
 }

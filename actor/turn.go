@@ -1,0 +1,92 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// Turn is what a record handler sees while it runs inside an activation's turn: the
+// layer above Actors (session binding) keeps its per-activation state here and
+// delivers messages to the Actor in the same turn.
+type Turn struct {
+	s *shell
+}
+
+// Fence returns the activation's route fence.
+func (t *Turn) Fence() RouteFence { return t.s.act.fence }
+
+// Deliver runs the Actor's Receive with msg now, within this turn.
+func (t *Turn) Deliver(msg any) { t.s.deliver(msg) }
+
+// Attachment returns what SetAttachment stored under key on this activation.
+func (t *Turn) Attachment(key any) any { return t.s.attachments[key] }
+
+// SetAttachment stores v under key on this activation, for its lifetime.
+func (t *Turn) SetAttachment(key, v any) {
+	if t.s.attachments == nil {
+		t.s.attachments = map[any]any{}
+	}
+	t.s.attachments[key] = v
+}
+
+// TurnRecordHandler handles a record addressed to an activation, inside its turn.
+type TurnRecordHandler func(t *Turn, from mesh.NodeID, rec *wire.Record)
+
+type turnHandlers struct {
+	mu sync.RWMutex
+	m  map[wire.Command]TurnRecordHandler
+}
+
+// HandleActorRecord registers the handler of records of cmd addressed to activations
+// (for record 24, only those with a bound-session tail; plain 24s are Actor messages).
+func (h *Host) HandleActorRecord(cmd wire.Command, fn TurnRecordHandler) {
+	h.turnHandlers.mu.Lock()
+	defer h.turnHandlers.mu.Unlock()
+	if h.turnHandlers.m == nil {
+		h.turnHandlers.m = map[wire.Command]TurnRecordHandler{}
+	}
+	h.turnHandlers.m[cmd] = fn
+}
+
+func (h *Host) turnHandler(cmd wire.Command) TurnRecordHandler {
+	h.turnHandlers.mu.RLock()
+	defer h.turnHandlers.mu.RUnlock()
+	return h.turnHandlers.m[cmd]
+}
+
+// SendRecord sends rec to the activation named by to, wherever it lives: to a remote
+// one as a record addressed straight to it, to a local one in-process (same rules,
+// no network, no tap). A fence whose node lifecycle is not live fails with
+// ErrUnavailable.
+func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) error {
+	self := h.node.ID()
+	if to.Node == self {
+		a, ok := h.local(to.ID)
+		if !ok {
+			return fmt.Errorf("%w: %s", ErrNotFound, to.Ref)
+		}
+		frames, err := wire.Encode(rec)
+		if err != nil {
+			return err
+		}
+		h.system.Root.Send(a.pid, &meshpb.Envelope{FromRid: self.RID, FromGeneration: self.Generation,
+			ToRid: self.RID, ToGeneration: self.Generation, Frames: frames})
+		return nil
+	}
+	if !h.node.IsLive(to.Node) {
+		return fmt.Errorf("%w: %s is not a live member", ErrUnavailable, to.Node)
+	}
+	pid, err := h.remotePID(to)
+	if err == nil {
+		err = h.node.SendToPID(to.Node, pid, rec)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}

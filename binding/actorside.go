@@ -1,0 +1,219 @@
+package binding
+
+import (
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session/codec"
+	swire "github.com/meshnode/meshnode/session/wire"
+)
+
+// Messages an Actor receives from the binding protocol.
+
+// Bound is delivered to an Actor right after a session bound it (its join callback).
+// The bind terminal is already on its way, so a push from here reaches the session.
+type Bound struct {
+	SessionRID        string
+	BindingGeneration uint64
+}
+
+// Ended is delivered when a binding ends: the session unbound, notified a logical
+// disconnect, or disconnected. It runs at most once per binding, and never for a
+// binding that another session has since replaced.
+type Ended struct {
+	SessionRID        string
+	BindingGeneration uint64
+}
+
+// Relayed is a STREAM packet the bound session relayed to the Actor (record 24). A
+// Request is answered with Reply or ReplyError, exactly once.
+type Relayed struct {
+	Name              string
+	Codec             swire.Codec
+	Payload           []byte
+	Request           bool
+	SessionRID        string
+	BindingGeneration uint64
+	Sequence          uint64 // session sequence: ingress order within the session
+	replied           bool
+}
+
+// actorBinding is the Actor owner's current binding of one activation.
+type actorBinding struct {
+	owner      mesh.NodeID // session owner node lifecycle
+	sessionRid string
+	gen        uint64
+}
+
+// stateKey is the attachment key of the binding state on an activation.
+type stateKey struct{}
+
+type actorState struct {
+	b       *Binder
+	current *actorBinding
+}
+
+func state(b *Binder, t *actor.Turn) *actorState {
+	if st, ok := t.Attachment(stateKey{}).(*actorState); ok {
+		return st
+	}
+	st := &actorState{b: b}
+	t.SetAttachment(stateKey{}, st)
+	return st
+}
+
+func reply(b *Binder, to mesh.NodeID, corr uint64, result wire.TerminalResult, failure wire.FailureCode, ok *wire.BindOK) {
+	r := &wire.Record{Body: &wire.Reply{Correlation: corr, Result: result, Failure: failure, BindOK: ok}}
+	if err := b.node.Send(to, r); err != nil {
+		b.log.Debug("binding: terminal not sent", "to", to.String(), "err", err)
+	}
+}
+
+// onBind runs in the Actor's turn for a 38 addressed to it. The bind is admitted on
+// exactly three inputs (object generation, node generation, authority owner
+// generation); the binding is registered before the terminal is sent (linearisation
+// point A); the previous session owner gets one 51, after the terminal.
+func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
+	body, ok := rec.Body.(*wire.BoundSessionBind)
+	if !ok {
+		return
+	}
+	self := t.Fence()
+	want := actor.FenceFromWire(body.Actor)
+	st := state(b, t)
+	if body.Binding.State == wire.BindingTombstone {
+		cur := st.current
+		if cur != nil && cur.owner == from && cur.sessionRid == body.SessionRID && cur.gen == body.Binding.Generation {
+			st.current = nil
+			t.Deliver(&Ended{SessionRID: cur.sessionRid, BindingGeneration: cur.gen})
+		}
+		// A late tombstone for a replaced identity changes nothing, and says so.
+		reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
+		return
+	}
+	switch {
+	case want.ObjectGeneration != self.ObjectGeneration:
+		reply(b, from, body.Correlation, wire.ResultInvalidState, wire.FailureNone, nil)
+		return
+	case want.AuthorityOwnerGeneration != self.AuthorityOwnerGeneration:
+		reply(b, from, body.Correlation, wire.ResultConflict, wire.FailureActorLocationStale, nil)
+		return
+	}
+	next := &actorBinding{owner: from, sessionRid: body.SessionRID, gen: body.Binding.Generation}
+	prev := st.current
+	st.current = next // point A
+	reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
+		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
+	t.Deliver(&Bound{SessionRID: next.sessionRid, BindingGeneration: next.gen})
+	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
+		b.notifyReplaced(self, prev)
+	}
+}
+
+// notifyReplaced sends one 51 to the previous session owner: one-way, no retry.
+func (b *Binder) notifyReplaced(self actor.RouteFence, prev *actorBinding) {
+	rec := &wire.Record{Body: &wire.BoundSessionReplaced{
+		ActorAuthority: actor.FenceToWire(self),
+		RetiredSession: wire.SessionFence{
+			OwnerNodeRID:         prev.owner.RID,
+			OwnerNodeGeneration:  prev.owner.Generation,
+			OwnerID:              b.opts.OwnerID,
+			OwnerLeaseGeneration: prev.owner.Generation,
+			SessionRID:           prev.sessionRid,
+			BindingGeneration:    prev.gen,
+		},
+	}}
+	if err := b.node.Send(prev.owner, rec); err != nil {
+		b.log.Debug("binding: replacement notice not sent", "to", prev.owner.String(), "err", err)
+	}
+}
+
+// onRelay runs in the Actor's turn for a 24 with the bound-session tail: delivered to
+// the Actor only if it comes from the current binding.
+func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
+	body, ok := rec.Body.(*wire.ActorSend)
+	if !ok || body.BoundSession == nil || rec.Payload == nil {
+		return
+	}
+	tail := body.BoundSession
+	cur := state(b, t).current
+	if cur == nil || cur.owner != from || cur.sessionRid != tail.SourceSessionRID || cur.gen != tail.SourceBindingGeneration {
+		b.rejected(&b.drops.staleRelay, from, "relay from a binding that is not current")
+		return
+	}
+	kind, _ := rec.Metadata.Get(kindKey)
+	t.Deliver(&Relayed{
+		Name:              rec.Payload.PacketName,
+		Codec:             codecOf(b.opts.Codecs, rec.Payload.ContentType),
+		Payload:           rec.Payload.Data,
+		Request:           kind == "request",
+		SessionRID:        tail.SourceSessionRID,
+		BindingGeneration: tail.SourceBindingGeneration,
+		Sequence:          tail.SourceSessionSequence,
+	})
+}
+
+// The Actor-facing surface: call these from an Actor's turn.
+
+func (b *Binder) currentOf(ctx *actor.Context) *actorBinding {
+	if st, ok := ctx.Attachment(stateKey{}).(*actorState); ok {
+		return st.current
+	}
+	return nil
+}
+
+// IsBound reports whether the Actor has a current session binding.
+func (b *Binder) IsBound(ctx *actor.Context) bool { return b.currentOf(ctx) != nil }
+
+// Push sends a Send frame named name to the Actor's bound session (record 36).
+// Without a binding it fails with ErrNotBound.
+func (b *Binder) Push(ctx *actor.Context, name string, c swire.Codec, payload []byte) error {
+	cur := b.currentOf(ctx)
+	if cur == nil {
+		return ErrNotBound
+	}
+	return b.send36(ctx, cur, cur.gen, name, contentType(b.opts.Codecs, c), payload)
+}
+
+// Close asks the bound session's owner to close the session with reason.
+func (b *Binder) Close(ctx *actor.Context, reason swire.CloseReason, diagnostic string) error {
+	cur := b.currentOf(ctx)
+	if cur == nil {
+		return ErrNotBound
+	}
+	return b.send36(ctx, cur, cur.gen, closePacketName, codec.ContentTypeRaw, encodeClose(reason, diagnostic))
+}
+
+// Reply answers a relayed Request: its Response goes back (record 36) to the binding
+// that relayed it, which completes the client's STREAM request exactly once. If that
+// binding was replaced meanwhile, the reply is dropped there, never delivered to the
+// new session.
+func (b *Binder) Reply(ctx *actor.Context, r *Relayed, c swire.Codec, payload []byte) error {
+	return b.replyTo(ctx, r, swire.KindResponse, contentType(b.opts.Codecs, c), payload)
+}
+
+// ReplyError answers a relayed Request with an Error {"code","message"}.
+func (b *Binder) ReplyError(ctx *actor.Context, r *Relayed, code, message string) error {
+	return b.replyTo(ctx, r, swire.KindError, codec.ContentTypeJSON, codec.EncodeErrorPayload(code, message))
+}
+
+func (b *Binder) replyTo(ctx *actor.Context, r *Relayed, kind swire.Kind, ct string, payload []byte) error {
+	if !r.Request || r.replied {
+		return ErrInvalidOperation
+	}
+	r.replied = true
+	cur := b.currentOf(ctx)
+	if cur == nil || cur.sessionRid != r.SessionRID || cur.gen != r.BindingGeneration {
+		// The relaying binding is gone: the reply has no session to reach.
+		return ErrNotBound
+	}
+	return b.send36(ctx, cur, r.BindingGeneration, replyPacketName, ct, encodeReply(r.Sequence, kind, payload))
+}
+
+func (b *Binder) send36(ctx *actor.Context, cur *actorBinding, gen uint64, name, ct string, data []byte) error {
+	rec := &wire.Record{
+		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(ctx.Self()), ExpectedBindingGeneration: gen},
+		Payload: &wire.Payload{PacketName: name, ContentType: ct, Data: data},
+	}
+	return b.node.Send(cur.owner, rec)
+}

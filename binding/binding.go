@@ -1,0 +1,160 @@
+// Package binding is the session <-> Actor binding protocol (zlink-digest §7), both
+// roles. On the session owner node a STREAM session binds Actors that may live on any
+// node (record 38, answered by 20), relays its packets to them (24 with the
+// bound-session tail), receives their pushes and replies (36), is replaced when another
+// session binds the same Actor (51), and leaves a tombstone (38, state 2) for every
+// binding when it goes. On the Actor owner node each activation keeps exactly one
+// current binding, registered in the Actor's own turn before the bind is answered.
+//
+// The physical socket never leaves the session owner node; only these records cross.
+// Same-node bindings follow the same rules: the records are delivered in-process and
+// never reach the record tap.
+package binding
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/codec"
+)
+
+// Typed errors of the binding surface (digest §7.5, §7.16).
+var (
+	// ErrNotBound: push, close or relay without a current binding (session-not-bound,
+	// public kind InvalidOperation; retryable after a bind).
+	ErrNotBound = errors.New("binding: session not bound to the Actor")
+	// ErrInvalidOperation: the bind named an ObjectGeneration that is not the Actor's.
+	ErrInvalidOperation = errors.New("binding: invalid operation")
+	// ErrUnavailable: the route fence is stale or its node is gone; never resent
+	// elsewhere.
+	ErrUnavailable = errors.New("binding: Actor unavailable")
+	// ErrNotFound: no such Actor at the route.
+	ErrNotFound = errors.New("binding: Actor not found")
+	// ErrSessionClosing: the session is closing (replaced or disconnected).
+	ErrSessionClosing = errors.New("binding: session closing")
+	// ErrTimeout: the bind terminal did not arrive before the deadline.
+	ErrTimeout = errors.New("binding: bind timed out")
+)
+
+// Defaults of the binding protocol.
+const (
+	// DefaultReplacementCallbackTimeout bounds the binding-replaced callback (§7.10 9).
+	DefaultReplacementCallbackTimeout = 30 * time.Second
+	// ReplacementCloseDelay is the fixed delay between the replaced callback's terminal
+	// and the close of the replaced session (§7.10 7).
+	ReplacementCloseDelay = 100 * time.Millisecond
+	// DefaultBindTimeout bounds a bind whose context has no deadline.
+	DefaultBindTimeout = 5 * time.Second
+	// DefaultOwnerID is the session owner id this node puts in retired-session fences.
+	DefaultOwnerID = "meshnode-session"
+)
+
+// Options configures a Binder.
+type Options struct {
+	// OwnerID identifies the session-owner runtime in retired-session fences (record
+	// 51). Every node of a mesh must use the same value. Default DefaultOwnerID.
+	OwnerID string
+	// ReplacementCallbackTimeout bounds the binding-replaced callback (default 30 s).
+	ReplacementCallbackTimeout time.Duration
+	// Codecs maps payload content types to STREAM codec numbers (default
+	// codec.NewRegistry()).
+	Codecs *codec.Registry
+	Logger *slog.Logger
+}
+
+// Binder runs both roles of the binding protocol on one mesh node.
+type Binder struct {
+	node   *mesh.Node
+	actors *actor.Host
+	opts   Options
+	log    *slog.Logger
+
+	nextGen  atomic.Uint64 // binding generations: monotonic within this node lifecycle
+	nextCorr atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[session.RoutingID]*Session
+	byGen    map[uint64]*Session // current binding generation -> its session
+	pending  map[uint64]*pendingOp
+
+	drops dropCounters
+}
+
+// pendingOp is a 38 waiting for its 20.
+type pendingOp struct {
+	s         *Session
+	fence     actor.RouteFence
+	gen       uint64
+	tombstone bool
+	done      chan error
+}
+
+// New starts the binding protocol on node, for the Actors of actors.
+func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
+	if opts.OwnerID == "" {
+		opts.OwnerID = DefaultOwnerID
+	}
+	if opts.ReplacementCallbackTimeout <= 0 {
+		opts.ReplacementCallbackTimeout = DefaultReplacementCallbackTimeout
+	}
+	if opts.Codecs == nil {
+		opts.Codecs = codec.NewRegistry()
+	}
+	if opts.Logger == nil {
+		opts.Logger = node.Logger()
+	}
+	b := &Binder{
+		node: node, actors: actors, opts: opts, log: opts.Logger,
+		sessions: map[session.RoutingID]*Session{},
+		byGen:    map[uint64]*Session{},
+		pending:  map[uint64]*pendingOp{},
+	}
+	// Session-owner role: terminals, pushes and replacements arrive at the node.
+	node.Handle(wire.CmdReply, b.onReply)
+	node.Handle(wire.CmdBoundSessionSend, b.onPush)
+	node.Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
+	// Actor-owner role: binds and relays are addressed to the activation itself and
+	// handled in its turn.
+	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
+	actors.HandleActorRecord(wire.CmdActorSend, b.onRelay)
+	return b
+}
+
+// Node returns the mesh node.
+func (b *Binder) Node() *mesh.Node { return b.node }
+
+// Actors returns the Actor host.
+func (b *Binder) Actors() *actor.Host { return b.actors }
+
+// sessionRID is the session's identity on the wire: its routing ID, unique among the
+// live sessions of this node lifecycle (the node generation tells lifecycles apart).
+func sessionRID(id session.RoutingID) string { return "s" + strconv.FormatUint(uint64(id), 10) }
+
+// dropCounters count what the binding rejects before application code.
+type dropCounters struct {
+	stalePush, staleRelay, staleReplaced, lateReply atomic.Int64
+}
+
+// Drops reports the records this node's binding rejected, by kind (for tests and
+// operators).
+func (b *Binder) Drops() (stalePush, staleRelay, staleReplaced, lateReply int64) {
+	return b.drops.stalePush.Load(), b.drops.staleRelay.Load(), b.drops.staleReplaced.Load(), b.drops.lateReply.Load()
+}
+
+func (b *Binder) rejected(counter *atomic.Int64, from mesh.NodeID, what string) {
+	counter.Add(1)
+	b.node.DropStale(from, what)
+}
+
+func errorf(base error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", base, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,284 @@
+package binding
+
+import (
+	"context"
+	"time"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session/codec"
+	swire "github.com/meshnode/meshnode/session/wire"
+)
+
+// roundTrip sends one 38 (bind or tombstone) and waits for its 20. For a bind, the
+// binding is published in the reply handler (linearisation point B) before the waiter
+// wakes, so nothing that follows the terminal on the wire is judged against stale state.
+func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFence, gen uint64, tombstone bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultBindTimeout)
+		defer cancel()
+	}
+	corr := b.nextCorr.Add(1)
+	op := &pendingOp{s: s, fence: fence, gen: gen, tombstone: tombstone, done: make(chan error, 1)}
+	b.mu.Lock()
+	b.pending[corr] = op
+	b.mu.Unlock()
+	if err := b.actors.SendRecord(ctx, fence, bindRecord(corr, fence, s.rid, gen, tombstone)); err != nil {
+		b.mu.Lock()
+		delete(b.pending, corr)
+		b.mu.Unlock()
+		return errorf(ErrUnavailable, "%v", err)
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		b.mu.Lock()
+		_, still := b.pending[corr]
+		delete(b.pending, corr)
+		b.mu.Unlock()
+		if !still {
+			// The terminal won the race: its outcome stands.
+			return <-op.done
+		}
+		if !tombstone {
+			// The Actor owner may still register this binding: leave no orphan.
+			b.sendTombstone(s, fence, gen)
+		}
+		return errorf(ErrTimeout, "%v", ctx.Err())
+	}
+}
+
+func (b *Binder) sendTombstone(s *Session, fence actor.RouteFence, gen uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = b.actors.SendRecord(ctx, fence, bindRecord(b.nextCorr.Add(1), fence, s.rid, gen, true))
+}
+
+// forget drops a binding generation from the push index.
+func (b *Binder) forget(gen uint64) {
+	b.mu.Lock()
+	delete(b.byGen, gen)
+	b.mu.Unlock()
+}
+
+// onReply completes a pending 38 with its terminal 20.
+func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
+	r, ok := rec.Body.(*wire.Reply)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	op, ok := b.pending[r.Correlation]
+	if ok {
+		delete(b.pending, r.Correlation)
+	}
+	b.mu.Unlock()
+	if !ok {
+		b.drops.lateReply.Add(1)
+		return
+	}
+	if from != op.fence.Node {
+		// A terminal from another node than the one asked: not ours to accept.
+		b.rejected(&b.drops.lateReply, from, "bind terminal from a node that was not asked")
+		op.done <- errorf(ErrUnavailable, "terminal from %s", from)
+		return
+	}
+	if op.tombstone {
+		op.done <- nil
+		return
+	}
+	if r.Result != wire.ResultOK {
+		op.done <- bindFailure(r)
+		return
+	}
+	if r.BindOK == nil || r.BindOK.BindingGeneration != op.gen {
+		op.done <- errorf(ErrUnavailable, "bind terminal without this binding generation")
+		return
+	}
+	fence := op.fence
+	fence.AuthorityOwnerGeneration = r.BindOK.AuthorityOwnerGeneration
+	// Linearisation point B: publish the binding (session table and push index) in
+	// one step, before the caller can observe success.
+	s := op.s
+	s.mu.Lock()
+	if s.closing || s.closed {
+		s.mu.Unlock()
+		b.sendTombstone(s, fence, op.gen)
+		op.done <- ErrSessionClosing
+		return
+	}
+	prev := s.binds[fence.ID]
+	s.binds[fence.ID] = &bound{fence: fence, gen: op.gen}
+	b.mu.Lock()
+	if prev != nil {
+		delete(b.byGen, prev.gen)
+	}
+	b.byGen[op.gen] = s
+	b.mu.Unlock()
+	s.mu.Unlock()
+	if prev != nil {
+		// The session moved to a new activation of the same ActorId: retire the old.
+		b.sendTombstone(s, prev.fence, prev.gen)
+	}
+	op.done <- nil
+}
+
+func bindFailure(r *wire.Reply) error {
+	switch {
+	case r.Result == wire.ResultInvalidState:
+		return errorf(ErrInvalidOperation, "ObjectGeneration differs from the Actor's")
+	case r.Failure == wire.FailureActorRouteNotFound:
+		return errorf(ErrNotFound, "no such Actor at the route")
+	}
+	return errorf(ErrUnavailable, "bind refused: %s / %s", r.Result, r.Failure)
+}
+
+// onPush handles a 36 from an Actor owner: accepted only when the source Actor's
+// object generation, node generation, authority owner generation and the expected
+// binding generation are all current (§7.7). A rejected push is counted and logged.
+func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
+	body, ok := rec.Body.(*wire.BoundSessionSend)
+	if !ok || rec.Payload == nil {
+		return
+	}
+	b.mu.Lock()
+	s := b.byGen[body.ExpectedBindingGeneration]
+	b.mu.Unlock()
+	if s == nil {
+		b.rejected(&b.drops.stalePush, from, "push for a binding generation that is not current")
+		return
+	}
+	actorID, bd := s.current(body.ExpectedBindingGeneration)
+	src := actor.FenceFromWire(body.Actor)
+	if bd == nil || actorID != src.ID || bd.fence.ObjectGeneration != src.ObjectGeneration ||
+		bd.fence.Node != from || src.Node != from || bd.fence.AuthorityOwnerGeneration != src.AuthorityOwnerGeneration {
+		b.rejected(&b.drops.stalePush, from, "push with a stale Actor fence")
+		return
+	}
+	p := rec.Payload
+	switch p.PacketName {
+	case replyPacketName:
+		seq, kind, payload, err := decodeReply(p.Data)
+		if err != nil {
+			b.rejected(&b.drops.stalePush, from, "malformed relayed reply")
+			return
+		}
+		pkt := s.takeRequest(seq)
+		if pkt == nil {
+			b.drops.lateReply.Add(1)
+			return
+		}
+		if kind == swire.KindError {
+			ep, err := codec.DecodeErrorPayload(payload)
+			if err != nil {
+				_ = pkt.ReplyError("internal_failure", "malformed error from the Actor")
+				return
+			}
+			_ = pkt.ReplyError(ep.Code, ep.Message)
+			return
+		}
+		_ = pkt.Reply(codecOf(b.opts.Codecs, p.ContentType), payload)
+	case closePacketName:
+		reason, diag, err := decodeClose(p.Data)
+		if err != nil {
+			b.rejected(&b.drops.stalePush, from, "malformed close request")
+			return
+		}
+		_ = s.peer.Close(reason, diag)
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := s.peer.Send(ctx, p.PacketName, codecOf(b.opts.Codecs, p.ContentType), p.Data); err != nil {
+			b.log.Debug("binding: push not delivered", "actor", actorID, "err", err)
+		}
+	}
+}
+
+// onReplaced handles a 51: the Actor owner installed another session's binding for an
+// Actor this node's session was bound to. Every retired field must match exactly.
+func (b *Binder) onReplaced(from mesh.NodeID, rec *wire.Record) {
+	body, ok := rec.Body.(*wire.BoundSessionReplaced)
+	if !ok {
+		return
+	}
+	self := b.node.ID()
+	rs := body.RetiredSession
+	authority := actor.FenceFromWire(body.ActorAuthority)
+	if authority.Node != from || rs.OwnerNodeRID != self.RID || rs.OwnerNodeGeneration != self.Generation ||
+		rs.OwnerID != b.opts.OwnerID || rs.OwnerLeaseGeneration != self.Generation {
+		b.rejected(&b.drops.staleReplaced, from, "replacement notice for another session owner")
+		return
+	}
+	b.mu.Lock()
+	s := b.byGen[rs.BindingGeneration]
+	b.mu.Unlock()
+	if s == nil || s.rid != rs.SessionRID {
+		b.rejected(&b.drops.staleReplaced, from, "replacement notice for a binding that is not current")
+		return
+	}
+	actorID, bd := s.current(rs.BindingGeneration)
+	if bd == nil || actorID != authority.ID || bd.fence.Node != from {
+		b.rejected(&b.drops.staleReplaced, from, "replacement notice with a stale Actor authority")
+		return
+	}
+	s.replaced(actorID, rs.BindingGeneration)
+}
+
+// replaced retires the binding (no tombstone: the Actor already holds the new one),
+// enters closing, runs the replaced callback as a session turn, and closes the session
+// ReplacementCloseDelay after the callback's terminal, or at the callback timeout.
+func (s *Session) replaced(actorID string, gen uint64) {
+	s.mu.Lock()
+	if bd, ok := s.binds[actorID]; ok && bd.gen == gen {
+		delete(s.binds, actorID)
+	}
+	already := s.closing
+	s.closing = true
+	fn := s.onReplaced
+	s.mu.Unlock()
+	s.b.forget(gen)
+	if already {
+		return
+	}
+	s.peer.RejectInbound()
+	peer := s.peer
+	timeout := s.b.opts.ReplacementCallbackTimeout
+	done := make(chan struct{})
+	force := time.AfterFunc(timeout, func() {
+		_ = peer.Close(swire.CloseServerDrain, "binding replaced; replacement callback timed out")
+	})
+	err := peer.Submit(func(ctx context.Context) {
+		defer close(done)
+		if fn != nil {
+			fn(ctx, actorID)
+		}
+	})
+	if err != nil {
+		force.Stop()
+		return
+	}
+	go func() {
+		// Owned by the session: it ends when the callback ends or the session closes.
+		select {
+		case <-done:
+		case <-peer.Done():
+			force.Stop()
+			return
+		}
+		if !force.Stop() {
+			return
+		}
+		// A non-blocking timer, revalidated when it fires: close exactly this session.
+		time.AfterFunc(ReplacementCloseDelay, func() {
+			s.mu.Lock()
+			still := s.closing && !s.closed
+			s.mu.Unlock()
+			if still {
+				_ = peer.Close(swire.CloseServerDrain, "binding replaced by another session")
+			}
+		})
+	}()
+}

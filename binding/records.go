@@ -1,0 +1,102 @@
+package binding
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/codec"
+	swire "github.com/meshnode/meshnode/session/wire"
+)
+
+// Reserved packet names inside the application payload envelope of record 36. They
+// use the STREAM control prefix, which no application packet may carry, so they can
+// never collide with a push. docs/binding.md describes the encoding.
+const (
+	replyPacketName = "$zlink.reply"
+	closePacketName = "$zlink.close"
+)
+
+// Metadata key on record 24 that marks a relayed Request (its absence: a Send).
+const kindKey = "zlink.kind"
+
+func bindRecord(corr uint64, fence actor.RouteFence, sessionRid string, gen uint64, tombstone bool) *wire.Record {
+	t := wire.BindingTransition{State: wire.BindingActive, Generation: gen}
+	if tombstone {
+		t.State = wire.BindingTombstone
+	}
+	return &wire.Record{Body: &wire.BoundSessionBind{
+		Correlation: corr,
+		Actor:       actor.FenceToWire(fence),
+		SessionRID:  sessionRid,
+		Binding:     t,
+	}}
+}
+
+func relayRecord(fence actor.RouteFence, sessionRid string, gen, seq uint64, pkt *session.Packet, codecs *codec.Registry) *wire.Record {
+	rec := &wire.Record{
+		Body: &wire.ActorSend{
+			TargetActor:  actor.FenceToWire(fence),
+			BoundSession: &wire.BoundSessionTail{SourceSessionRID: sessionRid, SourceBindingGeneration: gen, SourceSessionSequence: seq},
+		},
+		Payload: &wire.Payload{PacketName: pkt.Name, ContentType: contentType(codecs, pkt.Codec), Data: pkt.Payload},
+	}
+	if pkt.IsRequest() {
+		rec.Metadata = wire.Metadata{{Key: kindKey, Value: "request"}}
+	}
+	return rec
+}
+
+// contentType returns the content type of a STREAM codec number.
+func contentType(codecs *codec.Registry, id swire.Codec) string {
+	if c, err := codecs.Lookup(id); err == nil {
+		return c.ContentType()
+	}
+	return codec.ContentTypeRaw
+}
+
+// codecOf returns the STREAM codec number of a content type (raw when unknown).
+func codecOf(codecs *codec.Registry, ct string) swire.Codec {
+	if c, err := codecs.ByContentType(ct); err == nil {
+		return c.ID()
+	}
+	return swire.CodecRaw
+}
+
+// Reply data of record 36 ($zlink.reply): u64 session sequence, u8 STREAM kind
+// (3 Response, 4 Error), then the reply payload (for an Error, the JSON error payload).
+func encodeReply(seq uint64, kind swire.Kind, payload []byte) []byte {
+	b := make([]byte, 9+len(payload))
+	binary.BigEndian.PutUint64(b, seq)
+	b[8] = byte(kind)
+	copy(b[9:], payload)
+	return b
+}
+
+var errBadReply = errors.New("binding: malformed reply envelope")
+
+func decodeReply(b []byte) (seq uint64, kind swire.Kind, payload []byte, err error) {
+	if len(b) < 9 {
+		return 0, 0, nil, errBadReply
+	}
+	seq, kind = binary.BigEndian.Uint64(b), swire.Kind(b[8])
+	if seq == 0 || (kind != swire.KindResponse && kind != swire.KindError) {
+		return 0, 0, nil, errBadReply
+	}
+	return seq, kind, b[9:], nil
+}
+
+// Close data of record 36 ($zlink.close): u8 close reason, then the UTF-8 diagnostic.
+func encodeClose(reason swire.CloseReason, diag string) []byte {
+	return append([]byte{byte(reason)}, diag...)
+}
+
+func decodeClose(b []byte) (swire.CloseReason, string, error) {
+	if len(b) < 1 || !swire.CloseReason(b[0]).Valid() {
+		return 0, "", fmt.Errorf("binding: malformed close envelope")
+	}
+	return swire.CloseReason(b[0]), string(b[1:]), nil
+}

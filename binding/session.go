@@ -1,0 +1,225 @@
+package binding
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/session"
+	swire "github.com/meshnode/meshnode/session/wire"
+)
+
+// Session is the session-owner side of one STREAM session's bindings. Get it with
+// Binder.Session from the session's callbacks.
+type Session struct {
+	b    *Binder
+	peer *session.Peer
+	rid  string
+
+	mu         sync.Mutex
+	binds      map[string]*bound // by ActorId
+	seq        uint64            // session sequence: ingress order of relayed packets
+	requests   map[uint64]*session.Packet
+	closing    bool
+	closed     bool
+	onReplaced func(ctx context.Context, actorID string)
+}
+
+// bound is one current binding of the session.
+type bound struct {
+	fence actor.RouteFence
+	gen   uint64
+}
+
+// Binding describes one current binding.
+type Binding struct {
+	Actor             actor.RouteFence
+	BindingGeneration uint64
+}
+
+// Session returns the binding state of the session of peer, creating it on first use.
+// It is cleaned up (every binding tombstoned) when the session disconnects.
+func (b *Binder) Session(peer *session.Peer) *Session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.sessions[peer.RoutingID()]; ok {
+		return s
+	}
+	s := &Session{b: b, peer: peer, rid: sessionRID(peer.RoutingID()), binds: map[string]*bound{}, requests: map[uint64]*session.Packet{}}
+	b.sessions[peer.RoutingID()] = s
+	peer.AfterDisconnect(s.disconnected)
+	return s
+}
+
+// OnReplaced sets the binding-replaced callback: it runs as a session turn when another
+// session took over one of this session's Actors, as the application's last chance to
+// tell the client; the framework closes the session 100 ms after it returns.
+func (s *Session) OnReplaced(fn func(ctx context.Context, actorID string)) {
+	s.mu.Lock()
+	s.onReplaced = fn
+	s.mu.Unlock()
+}
+
+// Bindings lists the current bindings, by ActorId.
+func (s *Session) Bindings() []Binding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Binding, 0, len(s.binds))
+	for _, bd := range s.binds {
+		out = append(out, Binding{Actor: bd.fence, BindingGeneration: bd.gen})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Actor.ID < out[j].Actor.ID })
+	return out
+}
+
+// Binding returns the current binding of actorID.
+func (s *Session) Binding(actorID string) (Binding, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bd, ok := s.binds[actorID]
+	if !ok {
+		return Binding{}, false
+	}
+	return Binding{Actor: bd.fence, BindingGeneration: bd.gen}, true
+}
+
+// Bind binds the session to the Actor at ref (from the directory), in the normative
+// order of digest §7.5: a new binding generation, one record 38 to the Actor's node,
+// the Actor owner registers the binding in the Actor's turn and answers with one 20;
+// the binding is published here before Bind returns. Binding the Actor this session
+// is already bound to (same ActorRef) is an idempotent success.
+func (s *Session) Bind(ctx context.Context, ref actor.RouteFence) (Binding, error) {
+	s.mu.Lock()
+	if s.closing || s.closed {
+		s.mu.Unlock()
+		return Binding{}, ErrSessionClosing
+	}
+	if bd, ok := s.binds[ref.ID]; ok && bd.fence.Ref == ref.Ref {
+		s.mu.Unlock()
+		return Binding{Actor: bd.fence, BindingGeneration: bd.gen}, nil
+	}
+	s.mu.Unlock()
+	gen := s.b.nextGen.Add(1)
+	if err := s.b.roundTrip(ctx, s, ref, gen, false); err != nil {
+		return Binding{}, err
+	}
+	s.mu.Lock()
+	bd := s.binds[ref.ID]
+	s.mu.Unlock()
+	if bd == nil || bd.gen != gen {
+		return Binding{}, ErrSessionClosing
+	}
+	return Binding{Actor: bd.fence, BindingGeneration: bd.gen}, nil
+}
+
+// BindOrGet returns this session's existing binding for exactly ref (same ActorId and
+// ObjectGeneration), or binds it (§7.5: never another generation, never a lookup).
+func (s *Session) BindOrGet(ctx context.Context, ref actor.RouteFence) (Binding, error) {
+	return s.Bind(ctx, ref)
+}
+
+// Unbind removes the binding of actorID with a 38 tombstone; the Actor is told the
+// binding ended. It waits for the Actor owner's terminal.
+func (s *Session) Unbind(ctx context.Context, actorID string) error {
+	return s.end(ctx, actorID)
+}
+
+// NotifyDisconnected tells the Actor that this session is logically gone (the
+// connection stays) and removes the binding: the Actor's notice runs at most once
+// however this races with the physical disconnect.
+func (s *Session) NotifyDisconnected(ctx context.Context, actorID string) error {
+	return s.end(ctx, actorID)
+}
+
+func (s *Session) end(ctx context.Context, actorID string) error {
+	s.mu.Lock()
+	bd, ok := s.binds[actorID]
+	if ok {
+		delete(s.binds, actorID)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return ErrNotBound
+	}
+	s.b.forget(bd.gen)
+	return s.b.roundTrip(ctx, s, bd.fence, bd.gen, true)
+}
+
+// Relay sends the packet to the bound Actor actorID as record 24 with the
+// bound-session tail. A Request is answered when the Actor replies (its reply rides
+// 36 back); nothing is ever resent.
+func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet) error {
+	s.mu.Lock()
+	if s.closing || s.closed {
+		s.mu.Unlock()
+		return ErrSessionClosing
+	}
+	bd, ok := s.binds[actorID]
+	if !ok {
+		s.mu.Unlock()
+		return errorf(ErrNotBound, "%s", actorID)
+	}
+	s.seq++
+	seq := s.seq
+	if pkt.IsRequest() {
+		s.requests[seq] = pkt
+	}
+	fence, gen := bd.fence, bd.gen
+	s.mu.Unlock()
+	rec := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
+	if err := s.b.actors.SendRecord(ctx, fence, rec); err != nil {
+		s.mu.Lock()
+		delete(s.requests, seq)
+		s.mu.Unlock()
+		return errorf(ErrUnavailable, "%v", err)
+	}
+	return nil
+}
+
+// disconnected runs after the session's disconnect callback: every binding left gets
+// its 38 tombstone (the Actor's disconnect notice), each on its own, failures isolated.
+func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
+	s.mu.Lock()
+	s.closed = true
+	binds := s.binds
+	s.binds = map[string]*bound{}
+	s.requests = map[uint64]*session.Packet{}
+	s.mu.Unlock()
+	s.b.mu.Lock()
+	delete(s.b.sessions, s.peer.RoutingID())
+	s.b.mu.Unlock()
+	for _, bd := range binds {
+		s.b.forget(bd.gen)
+		// One-way from here: the session is gone, nobody waits for the terminal.
+		corr := s.b.nextCorr.Add(1)
+		rec := bindRecord(corr, bd.fence, s.rid, bd.gen, true)
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := s.b.actors.SendRecord(sctx, bd.fence, rec); err != nil {
+			s.b.log.Debug("binding: tombstone not sent", "actor", bd.fence.String(), "err", err)
+		}
+		cancel()
+	}
+}
+
+// takeRequest removes and returns the relayed request with session sequence seq.
+func (s *Session) takeRequest(seq uint64) *session.Packet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pkt := s.requests[seq]
+	delete(s.requests, seq)
+	return pkt
+}
+
+// current returns the binding of the given generation if it is still current.
+func (s *Session) current(gen uint64) (string, *bound) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, bd := range s.binds {
+		if bd.gen == gen {
+			return id, bd
+		}
+	}
+	return "", nil
+}

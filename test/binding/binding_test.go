@@ -1,0 +1,265 @@
+package binding_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session/connector"
+	swire "github.com/meshnode/meshnode/session/wire"
+)
+
+type echoReply struct {
+	Actor   string          `json:"actor"`
+	Node    string          `json:"node"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Seed §10 "The path to the Actor": binding and relaying to an Actor on another node
+// keeps the socket on the session owner node, and only 38/20/24/36 cross between nodes.
+func TestSeed10_PathToActorOnlyBindingRecordsCross(t *testing.T) {
+	f := startFleet(t, 2)
+	id := f.idOn(t, "room", 1, "room-")
+	c := f.connect(t, 0)
+	said := pushes(c, "room.said")
+	f.Tap().Reset()
+	br := mustBind(t, c, id, "room")
+	if br.Node != f.Node(1).ID().RID || br.BindingGeneration == 0 {
+		t.Fatalf("bind reply %+v", br)
+	}
+	var out echoReply
+	if err := request(t, c, "room.echo", map[string]int{"n": 1}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Actor != id || out.Node != f.Node(1).ID().RID || string(out.Payload) != `{"n":1}` {
+		t.Fatalf("room.echo %+v", out)
+	}
+	if err := c.Send(t.Context(), "room.say", map[string]string{"hi": "all"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-said:
+		if string(p) != `{"hi":"all"}` {
+			t.Fatalf("room.said %s", p)
+		}
+	case <-time.After(wait):
+		t.Fatal("no room.said push")
+	}
+	allowed := map[wire.Command]bool{wire.CmdBoundSessionBind: true, wire.CmdReply: true, wire.CmdActorSend: true, wire.CmdBoundSessionSend: true}
+	seen := f.Tap().Commands()
+	for cmd := range seen {
+		if !allowed[cmd] {
+			t.Errorf("record %s crossed the boundary", cmd)
+		}
+	}
+	for cmd := range allowed {
+		if seen[cmd] == 0 {
+			t.Errorf("record %s never crossed", cmd)
+		}
+	}
+}
+
+// §7.18: two Actors bound on one session each relay independently; metadata "actor"
+// picks the target.
+func TestBinding_TwoActorsOnOneSessionRelayIndependently(t *testing.T) {
+	f := startFleet(t, 3)
+	a := f.idOn(t, "room", 1, "a-")
+	b := f.idOn(t, "room", 2, "b-")
+	c := f.connect(t, 0)
+	mustBind(t, c, a, "room")
+	mustBind(t, c, b, "room")
+	for _, id := range []string{a, b} {
+		var out echoReply
+		if err := request(t, c, "room.echo", map[string]string{"to": id}, &out, connector.WithMetadata("actor", id)); err != nil {
+			t.Fatal(err)
+		}
+		if out.Actor != id {
+			t.Fatalf("relay to %s answered by %s", id, out.Actor)
+		}
+	}
+}
+
+// §7.18: push/close without a binding is session-not-bound (InvalidOperation), and
+// succeeds after binding; an unknown Actor kind is a clear error and the connection
+// stays.
+func TestBinding_UnboundIsInvalidOperationThenSucceedsAfterBind(t *testing.T) {
+	f := startFleet(t, 2)
+	c := f.connect(t, 0)
+	var out echoReply
+	err := request(t, c, "room.echo", map[string]int{}, &out)
+	if code := remoteCode(err); code != "invalid_operation" {
+		t.Fatalf("room.echo unbound: %v", err)
+	}
+	if _, err := bind(t, c, "x", "nosuchkind"); remoteCode(err) != "not_found" {
+		t.Fatalf("bind of an unknown kind: %v", err)
+	}
+	mustBind(t, c, f.idOn(t, "room", 1, "r-"), "room")
+	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
+		t.Fatalf("after bind: %v", err)
+	}
+}
+
+// §7.5: rebinding the current binding from the same session is an idempotent success:
+// same generation, no replacement, no close.
+func TestRebind_SameSessionIsIdempotent(t *testing.T) {
+	f := startFleet(t, 2)
+	id := f.idOn(t, "probe", 1, "p-")
+	c := f.connect(t, 0)
+	replaced := pushes(c, "room.replaced")
+	first := mustBind(t, c, id, "probe")
+	second := mustBind(t, c, id, "probe")
+	if first.BindingGeneration != second.BindingGeneration {
+		t.Fatalf("rebind changed generation %d -> %d", first.BindingGeneration, second.BindingGeneration)
+	}
+	var out echoReply
+	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-replaced:
+		t.Fatalf("idempotent rebind replaced the session: %s", p)
+	default:
+	}
+	if n := f.ev.count(id, "bound"); n != 1 {
+		t.Fatalf("Actor saw %d binds", n)
+	}
+}
+
+// §7.10 / §7.18 rebind: the new bind completes without waiting for the old session;
+// pushes go only to the new session; the old session's relays are rejected; the old
+// connection gets room.replaced and closes 100 ms after the callback, not earlier.
+func TestRebind_ReplacesPreviousSessionAcrossNodes(t *testing.T) {
+	f := startFleet(t, 3)
+	id := f.idOn(t, "room", 1, "shared-")
+	old := f.connect(t, 0)
+	oldReplaced := pushes(old, "room.replaced")
+	oldSaid := pushes(old, "room.said")
+	mustBind(t, old, id, "room")
+
+	f.Tap().Reset()
+	nu := f.connect(t, 2)
+	nuSaid := pushes(nu, "room.said")
+	mustBind(t, nu, id, "room")
+	var replacedAt time.Time
+	select {
+	case p := <-oldReplaced:
+		replacedAt = time.Now()
+		if string(p) != `{"actor":"`+id+`"}` {
+			t.Fatalf("room.replaced %s", p)
+		}
+	case <-time.After(wait):
+		t.Fatal("old session got no room.replaced")
+	}
+	if f.Tap().Commands()[wire.CmdBoundSessionReplaced] == 0 {
+		t.Error("no record 51 crossed to the old session owner")
+	}
+	// Pushes reach only the new session.
+	if err := nu.Send(t.Context(), "room.say", map[string]int{"v": 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-nuSaid:
+	case <-time.After(wait):
+		t.Fatal("new session got no push")
+	}
+	// The old session is closing: its inbound application packets are rejected.
+	var out echoReply
+	if err := request(t, old, "room.echo", map[string]int{}, &out); err == nil {
+		t.Fatal("old session still relays after replacement")
+	}
+	eventually(t, "old connection closed", func() bool { return old.State() != connector.StateConnected })
+	if d := time.Since(replacedAt); d < 90*time.Millisecond {
+		t.Fatalf("old connection closed %v after the replaced notice, want >= 100 ms after the callback", d)
+	}
+	if r := old.CloseReason(); r != swire.CloseServerDrain {
+		t.Errorf("old session close reason %v", r)
+	}
+	select {
+	case p := <-oldSaid:
+		t.Fatalf("old session received a push after replacement: %s", p)
+	default:
+	}
+}
+
+// §7.12 / §7.18 disconnect: two Actors bound on one session each get their disconnect
+// notice exactly once; the Actors are not destroyed.
+func TestDisconnect_EachBoundActorNotifiedOnce(t *testing.T) {
+	f := startFleet(t, 2)
+	a := f.idOn(t, "probe", 0, "pa-")
+	b := f.idOn(t, "probe", 1, "pb-")
+	c := f.connect(t, 0)
+	mustBind(t, c, a, "probe")
+	mustBind(t, c, b, "probe")
+	_ = c.Close()
+	for _, id := range []string{a, b} {
+		eventually(t, id+" ended", func() bool { return f.ev.count(id, "ended") == 1 })
+	}
+	found := 0
+	for i := 0; i < 2; i++ {
+		for _, act := range f.actorHost(i).Active() {
+			if act.ID == a || act.ID == b {
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		t.Fatalf("disconnect destroyed Actors: %d of 2 still active", found)
+	}
+	if f.ev.count(a, "ended") != 1 || f.ev.count(b, "ended") != 1 {
+		t.Fatalf("ended counts %v %v", f.ev.of(a), f.ev.of(b))
+	}
+}
+
+// §7.11: unbind tombstones the binding (the Actor is told once); a relay after unbind
+// is session-not-bound; a reconnect needs a new bind.
+func TestUnbindAndReconnectRequireNewBind(t *testing.T) {
+	f := startFleet(t, 2)
+	id := f.idOn(t, "probe", 1, "u-")
+	c := f.connect(t, 0)
+	mustBind(t, c, id, "probe")
+	var empty map[string]any
+	if err := request(t, c, "unbind", map[string]string{"actor": id}, &empty); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.ev.count(id, "ended"); n != 1 {
+		t.Fatalf("ended %d times after unbind", n)
+	}
+	var out echoReply
+	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
+		t.Fatalf("relay after unbind: %v", err)
+	}
+	c2 := f.connect(t, 0)
+	if err := request(t, c2, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
+		t.Fatalf("new session relayed without a bind: %v", err)
+	}
+	_ = c.Close()
+	if n := f.ev.count(id, "ended"); n != 1 {
+		t.Fatalf("disconnect after unbind notified again: %d", n)
+	}
+}
+
+// §7.18 relay/reply: a relayed request left pending fails on disconnect; the Actor's
+// late reply never reaches a new session bound to the same Actor.
+func TestRelay_LateReplyNeverReachesNewSession(t *testing.T) {
+	f := startFleet(t, 2)
+	id := f.idOn(t, "probe", 1, "late-")
+	c := f.connect(t, 0)
+	mustBind(t, c, id, "probe")
+	done := make(chan error, 1)
+	go func() {
+		var out echoReply
+		done <- request(t, c, "room.hold", map[string]int{}, &out)
+	}()
+	eventually(t, "hold relayed", func() bool { return f.ev.count(id, "relayed:room.hold") == 1 })
+	_ = c.Close()
+	if err := <-done; err == nil {
+		t.Fatal("pending relayed request did not fail on close")
+	}
+	c2 := f.connect(t, 0)
+	mustBind(t, c2, id, "probe")
+	var out echoReply
+	if err := request(t, c2, "room.echo", map[string]int{}, &out); err != nil {
+		t.Fatalf("new session: %v", err)
+	}
+}
