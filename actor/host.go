@@ -281,8 +281,10 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	return nil
 }
 
-// activationName is the protoactor name of an activation on its node: senders on other
-// nodes address record 24 to it directly.
+// ActivationName is the protoactor name of an activation on its node: senders on other
+// nodes address records to it directly.
+func ActivationName(r Ref) string { return activationName(r) }
+
 func activationName(r Ref) string {
 	return "actor/" + r.ID + "@" + strconv.FormatUint(r.ObjectGeneration, 10)
 }
@@ -296,6 +298,12 @@ func fenceMatches(cur, want RouteFence) bool {
 // receiveActorSend delivers an inbound record 24 into the target's mailbox once its
 // fence is current.
 func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
+	if send, ok := rec.Body.(*wire.ActorSend); ok && send.BoundSession != nil {
+		// Relays of a bound session are addressed to the activation itself and judged
+		// against its binding there; one that arrives here bypassed that.
+		h.node.DropStale(from, "bound-session relay not addressed to its activation")
+		return
+	}
 	to, msg, ok := decodeActorSend(rec)
 	if !ok {
 		h.log.Warn("actor: record 24 without a usable body", "from", from.String())

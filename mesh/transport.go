@@ -229,6 +229,11 @@ func (n *Node) SendEnvelope(remoteAddr string, env *meshpb.Envelope) {
 	n.system.Root.Send(n.recordsPID(remoteAddr), env)
 }
 
+// SendEnvelopeTo is SendEnvelope to the actor named actorName.
+func (n *Node) SendEnvelopeTo(remoteAddr, actorName string, env *meshpb.Envelope) {
+	n.system.Root.Send(actor.NewPID(remoteAddr, actorName), env)
+}
+
 func (n *Node) recordsPID(addr string) *actor.PID {
 	if v, ok := n.pids.Load(addr); ok {
 		return v.(*actor.PID)
