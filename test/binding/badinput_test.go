@@ -8,18 +8,19 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/test/fleet"
 )
 
 // Forged or stale 36 and 51 records are rejected before any application code, counted,
 // and never reach or close the current session.
 func TestBadInput_ForgedPushAndReplacementRejected(t *testing.T) {
-	f := startFleet(t, 2)
-	id := f.idOn(t, "room", 1, "forge-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "forge-")
+	c := f.Connect(t, 0)
 	said := pushes(c, "room.said")
 	replaced := pushes(c, "room.replaced")
 	br := mustBind(t, c, id, "room")
-	fence, err := f.actorHost(1).Lookup(context.Background(), "room", id)
+	fence, err := f.Actors(1).Lookup(context.Background(), "room", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestBadInput_ForgedPushAndReplacementRejected(t *testing.T) {
 	stale.OwnerNodeGeneration--
 	send(&wire.Record{Body: &wire.BoundSessionReplaced{ActorAuthority: actor.FenceToWire(fence), RetiredSession: stale}}) // old node generation
 	eventually(t, "forged records counted", func() bool {
-		p, _, r, _ := f.binder(0).Drops()
+		p, _, r, _ := f.Binder(0).Drops()
 		return p == 3 && r == 2
 	})
 	// The current session is untouched: a real push still arrives, nothing forged did.
@@ -82,11 +83,11 @@ func TestBadInput_ForgedPushAndReplacementRejected(t *testing.T) {
 // A forged relay (24) from a node that holds no binding is rejected by the Actor owner
 // before the Actor runs.
 func TestBadInput_ForgedRelayRejected(t *testing.T) {
-	f := startFleet(t, 3)
-	id := f.idOn(t, "probe", 1, "fr-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "fr-")
+	c := f.Connect(t, 0)
 	br := mustBind(t, c, id, "probe")
-	fence, err := f.actorHost(1).Lookup(context.Background(), "probe", id)
+	fence, err := f.Actors(1).Lookup(context.Background(), "probe", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestBadInput_ForgedRelayRejected(t *testing.T) {
 	// Addressed to the activation (as real relays are): judged against its binding.
 	f.Node(2).SendEnvelopeTo(f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), env)
 	eventually(t, "forged relay dropped by the Actor owner", func() bool {
-		_, r, _, _ := f.binder(1).Drops()
+		_, r, _, _ := f.Binder(1).Drops()
 		return r == 1
 	})
 	// Addressed to the node's record receiver: dropped there too.
@@ -115,7 +116,7 @@ func TestBadInput_ForgedRelayRejected(t *testing.T) {
 	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.ev.count(id, "relayed:room.say"); n != 0 {
+	if n := f.Ev.Count(id, "relayed:room.say"); n != 0 {
 		t.Fatalf("forged relay reached the Actor %d times", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/connector"
 	swire "github.com/meshnode/meshnode/session/wire"
+	"github.com/meshnode/meshnode/test/fleet"
 )
 
 type echoReply struct {
@@ -19,9 +20,9 @@ type echoReply struct {
 // Seed §10 "The path to the Actor": binding and relaying to an Actor on another node
 // keeps the socket on the session owner node, and only 38/20/24/36 cross between nodes.
 func TestSeed10_PathToActorOnlyBindingRecordsCross(t *testing.T) {
-	f := startFleet(t, 2)
-	id := f.idOn(t, "room", 1, "room-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "room-")
+	c := f.Connect(t, 0)
 	said := pushes(c, "room.said")
 	f.Tap().Reset()
 	br := mustBind(t, c, id, "room")
@@ -63,10 +64,10 @@ func TestSeed10_PathToActorOnlyBindingRecordsCross(t *testing.T) {
 // §7.18: two Actors bound on one session each relay independently; metadata "actor"
 // picks the target.
 func TestBinding_TwoActorsOnOneSessionRelayIndependently(t *testing.T) {
-	f := startFleet(t, 3)
-	a := f.idOn(t, "room", 1, "a-")
-	b := f.idOn(t, "room", 2, "b-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 3, fleet.Options{})
+	a := f.IDOn(t, "room", 1, "a-")
+	b := f.IDOn(t, "room", 2, "b-")
+	c := f.Connect(t, 0)
 	mustBind(t, c, a, "room")
 	mustBind(t, c, b, "room")
 	for _, id := range []string{a, b} {
@@ -84,8 +85,8 @@ func TestBinding_TwoActorsOnOneSessionRelayIndependently(t *testing.T) {
 // succeeds after binding; an unknown Actor kind is a clear error and the connection
 // stays.
 func TestBinding_UnboundIsInvalidOperationThenSucceedsAfterBind(t *testing.T) {
-	f := startFleet(t, 2)
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	c := f.Connect(t, 0)
 	var out echoReply
 	err := request(t, c, "room.echo", map[string]int{}, &out)
 	if code := remoteCode(err); code != "invalid_operation" {
@@ -94,7 +95,7 @@ func TestBinding_UnboundIsInvalidOperationThenSucceedsAfterBind(t *testing.T) {
 	if _, err := bind(t, c, "x", "nosuchkind"); remoteCode(err) != "not_found" {
 		t.Fatalf("bind of an unknown kind: %v", err)
 	}
-	mustBind(t, c, f.idOn(t, "room", 1, "r-"), "room")
+	mustBind(t, c, f.IDOn(t, "room", 1, "r-"), "room")
 	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
 		t.Fatalf("after bind: %v", err)
 	}
@@ -103,9 +104,9 @@ func TestBinding_UnboundIsInvalidOperationThenSucceedsAfterBind(t *testing.T) {
 // §7.5: rebinding the current binding from the same session is an idempotent success:
 // same generation, no replacement, no close.
 func TestRebind_SameSessionIsIdempotent(t *testing.T) {
-	f := startFleet(t, 2)
-	id := f.idOn(t, "probe", 1, "p-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "p-")
+	c := f.Connect(t, 0)
 	replaced := pushes(c, "room.replaced")
 	first := mustBind(t, c, id, "probe")
 	second := mustBind(t, c, id, "probe")
@@ -121,7 +122,7 @@ func TestRebind_SameSessionIsIdempotent(t *testing.T) {
 		t.Fatalf("idempotent rebind replaced the session: %s", p)
 	default:
 	}
-	if n := f.ev.count(id, "bound"); n != 1 {
+	if n := f.Ev.Count(id, "bound"); n != 1 {
 		t.Fatalf("Actor saw %d binds", n)
 	}
 }
@@ -130,15 +131,15 @@ func TestRebind_SameSessionIsIdempotent(t *testing.T) {
 // pushes go only to the new session; the old session's relays are rejected; the old
 // connection gets room.replaced and closes 100 ms after the callback, not earlier.
 func TestRebind_ReplacesPreviousSessionAcrossNodes(t *testing.T) {
-	f := startFleet(t, 3)
-	id := f.idOn(t, "room", 1, "shared-")
-	old := f.connect(t, 0)
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "shared-")
+	old := f.Connect(t, 0)
 	oldReplaced := pushes(old, "room.replaced")
 	oldSaid := pushes(old, "room.said")
 	mustBind(t, old, id, "room")
 
 	f.Tap().Reset()
-	nu := f.connect(t, 2)
+	nu := f.Connect(t, 2)
 	nuSaid := pushes(nu, "room.said")
 	mustBind(t, nu, id, "room")
 	var replacedAt time.Time
@@ -185,19 +186,19 @@ func TestRebind_ReplacesPreviousSessionAcrossNodes(t *testing.T) {
 // §7.12 / §7.18 disconnect: two Actors bound on one session each get their disconnect
 // notice exactly once; the Actors are not destroyed.
 func TestDisconnect_EachBoundActorNotifiedOnce(t *testing.T) {
-	f := startFleet(t, 2)
-	a := f.idOn(t, "probe", 0, "pa-")
-	b := f.idOn(t, "probe", 1, "pb-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	a := f.IDOn(t, "probe", 0, "pa-")
+	b := f.IDOn(t, "probe", 1, "pb-")
+	c := f.Connect(t, 0)
 	mustBind(t, c, a, "probe")
 	mustBind(t, c, b, "probe")
 	_ = c.Close()
 	for _, id := range []string{a, b} {
-		eventually(t, id+" ended", func() bool { return f.ev.count(id, "ended") == 1 })
+		eventually(t, id+" ended", func() bool { return f.Ev.Count(id, "ended") == 1 })
 	}
 	found := 0
 	for i := 0; i < 2; i++ {
-		for _, act := range f.actorHost(i).Active() {
+		for _, act := range f.Actors(i).Active() {
 			if act.ID == a || act.ID == b {
 				found++
 			}
@@ -206,35 +207,35 @@ func TestDisconnect_EachBoundActorNotifiedOnce(t *testing.T) {
 	if found != 2 {
 		t.Fatalf("disconnect destroyed Actors: %d of 2 still active", found)
 	}
-	if f.ev.count(a, "ended") != 1 || f.ev.count(b, "ended") != 1 {
-		t.Fatalf("ended counts %v %v", f.ev.of(a), f.ev.of(b))
+	if f.Ev.Count(a, "ended") != 1 || f.Ev.Count(b, "ended") != 1 {
+		t.Fatalf("ended counts %v %v", f.Ev.Of(a), f.Ev.Of(b))
 	}
 }
 
 // §7.11: unbind tombstones the binding (the Actor is told once); a relay after unbind
 // is session-not-bound; a reconnect needs a new bind.
 func TestUnbindAndReconnectRequireNewBind(t *testing.T) {
-	f := startFleet(t, 2)
-	id := f.idOn(t, "probe", 1, "u-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "u-")
+	c := f.Connect(t, 0)
 	mustBind(t, c, id, "probe")
 	var empty map[string]any
 	if err := request(t, c, "unbind", map[string]string{"actor": id}, &empty); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.ev.count(id, "ended"); n != 1 {
+	if n := f.Ev.Count(id, "ended"); n != 1 {
 		t.Fatalf("ended %d times after unbind", n)
 	}
 	var out echoReply
 	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
 		t.Fatalf("relay after unbind: %v", err)
 	}
-	c2 := f.connect(t, 0)
+	c2 := f.Connect(t, 0)
 	if err := request(t, c2, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
 		t.Fatalf("new session relayed without a bind: %v", err)
 	}
 	_ = c.Close()
-	if n := f.ev.count(id, "ended"); n != 1 {
+	if n := f.Ev.Count(id, "ended"); n != 1 {
 		t.Fatalf("disconnect after unbind notified again: %d", n)
 	}
 }
@@ -242,21 +243,21 @@ func TestUnbindAndReconnectRequireNewBind(t *testing.T) {
 // §7.18 relay/reply: a relayed request left pending fails on disconnect; the Actor's
 // late reply never reaches a new session bound to the same Actor.
 func TestRelay_LateReplyNeverReachesNewSession(t *testing.T) {
-	f := startFleet(t, 2)
-	id := f.idOn(t, "probe", 1, "late-")
-	c := f.connect(t, 0)
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "late-")
+	c := f.Connect(t, 0)
 	mustBind(t, c, id, "probe")
 	done := make(chan error, 1)
 	go func() {
 		var out echoReply
 		done <- request(t, c, "room.hold", map[string]int{}, &out)
 	}()
-	eventually(t, "hold relayed", func() bool { return f.ev.count(id, "relayed:room.hold") == 1 })
+	eventually(t, "hold relayed", func() bool { return f.Ev.Count(id, "relayed:room.hold") == 1 })
 	_ = c.Close()
 	if err := <-done; err == nil {
 		t.Fatal("pending relayed request did not fail on close")
 	}
-	c2 := f.connect(t, 0)
+	c2 := f.Connect(t, 0)
 	mustBind(t, c2, id, "probe")
 	var out echoReply
 	if err := request(t, c2, "room.echo", map[string]int{}, &out); err != nil {

@@ -1,0 +1,187 @@
+// Package fleet starts in-process meshnode fleets for tests and benchmarks: mesh nodes
+// that each run an Actor host, the binding protocol and a STREAM host serving the
+// sample session, plus a "probe" Actor kind that records what it sees.
+package fleet
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshtest"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// Wait bounds every wait of the helpers.
+const Wait = 10 * time.Second
+
+// Options tunes a fleet.
+type Options struct {
+	// NoTap turns the record tap off (benchmarks).
+	NoTap bool
+}
+
+// Events records what probe Actors saw, per ActorId.
+type Events struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+// Add records ev for the Actor id.
+func (e *Events) Add(id, ev string) {
+	e.mu.Lock()
+	if e.got == nil {
+		e.got = map[string][]string{}
+	}
+	e.got[id] = append(e.got[id], ev)
+	e.mu.Unlock()
+}
+
+// Of returns what the Actor id saw, in order.
+func (e *Events) Of(id string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.got[id]...)
+}
+
+// Count returns how often the Actor id saw ev.
+func (e *Events) Count(id, ev string) int {
+	n := 0
+	for _, x := range e.Of(id) {
+		if x == ev {
+			n++
+		}
+	}
+	return n
+}
+
+// probe is a test Actor kind (registered as "probe"): it records binding events and answers like a room.
+type probe struct {
+	b  *binding.Binder
+	ev *Events
+}
+
+func (p *probe) Receive(ctx *actor.Context) {
+	id := ctx.Self().ID
+	switch m := ctx.Message().(type) {
+	case *binding.Bound:
+		p.ev.Add(id, "bound")
+	case *binding.Ended:
+		p.ev.Add(id, "ended")
+	case *binding.Relayed:
+		p.ev.Add(id, "relayed:"+m.Name)
+		switch {
+		case m.Name == "room.echo" && m.Request:
+			_ = p.b.Reply(ctx, m, wire.CodecJSON, []byte(`{"actor":"`+id+`","node":"`+ctx.Self().Node.RID+`"}`))
+		case m.Name == "room.say":
+			_ = p.b.Push(ctx, "room.said", m.Codec, m.Payload)
+		case m.Name == "room.hold" && m.Request:
+			// Never answered: the client's request stays pending.
+		}
+	}
+}
+
+// Fleet is an in-process mesh whose nodes each run an Actor host, a binder and a
+// STREAM host serving the sample session. Ev records what probe Actors saw.
+type Fleet struct {
+	*meshtest.Cluster
+	mu      sync.Mutex
+	binders map[int]*binding.Binder
+	hosts   map[int]*session.Host
+	actors  map[int]*actor.Host
+	Ev      *Events
+}
+
+// Start starts n nodes; each runs an Actor host (kinds room and probe), a binder and
+// a STREAM host serving the sample session on tcp://127.0.0.1:0.
+func Start(t testing.TB, n int, opts Options) *Fleet {
+	t.Helper()
+	f := &Fleet{binders: map[int]*binding.Binder{}, hosts: map[int]*session.Host{}, actors: map[int]*actor.Host{}, Ev: &Events{}}
+	f.Cluster = meshtest.Start(t, n, meshtest.Options{NoTap: opts.NoTap, OnStart: func(i int, node *mesh.Node) func() {
+		ah, err := actor.NewHost(node, actor.HostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := binding.New(node, ah, binding.Options{})
+		if err := sampleapp.Register(ah, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{b: b, ev: f.Ev} }}); err != nil {
+			t.Fatal(err)
+		}
+		sh := session.NewHost(session.HostOptions{ActorSystem: node.ActorSystem()})
+		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(b))
+		if err := sh.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		f.binders[i], f.hosts[i], f.actors[i] = b, sh, ah
+		f.mu.Unlock()
+		return func() {
+			_ = sh.Close()
+			ah.Close()
+		}
+	}})
+	return f
+}
+
+// Binder returns node i's binder.
+func (f *Fleet) Binder(i int) *binding.Binder {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.binders[i]
+}
+
+// Actors returns node i's Actor host.
+func (f *Fleet) Actors(i int) *actor.Host {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.actors[i]
+}
+
+// Connect opens a client to node i's STREAM endpoint.
+func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
+	t.Helper()
+	f.mu.Lock()
+	ep := f.hosts[i].Node("gw").Endpoints()[0]
+	f.mu.Unlock()
+	c, err := connector.New(ep, connector.Options{
+		Heartbeat: connector.HeartbeatOptions{Disabled: true},
+		Reconnect: connector.ReconnectPolicy{Disabled: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// IDOn returns an ActorId of kind that placement puts on node i.
+func (f *Fleet) IDOn(t testing.TB, kind string, i int, prefix string) string {
+	t.Helper()
+	for k := 0; k < 1000; k++ {
+		id := prefix + strconv.Itoa(k)
+		fence, err := f.Actors(0).Lookup(context.Background(), kind, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fence.Node == f.Node(i).ID() {
+			return id
+		}
+	}
+	t.Fatalf("no %s id placed on node %d", kind, i)
+	return ""
+}
