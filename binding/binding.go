@@ -158,3 +158,27 @@ func (b *Binder) rejected(counter *atomic.Int64, from mesh.NodeID, what string) 
 func errorf(base error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", base, fmt.Sprintf(format, args...))
 }
+
+// Stats counts the binding state this node holds (for tests and operators).
+type Stats struct {
+	Sessions int // sessions with binding state
+	Bindings int // current bindings of those sessions (session-owner side)
+	Pending  int // 38s waiting for their terminal
+}
+
+// Stats returns the current counts.
+func (b *Binder) Stats() Stats {
+	b.mu.Lock()
+	sessions := make([]*Session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	st := Stats{Sessions: len(b.sessions), Pending: len(b.pending)}
+	b.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		st.Bindings += len(s.binds)
+		s.mu.Unlock()
+	}
+	return st
+}

@@ -26,6 +26,9 @@ var pairs = []pair{
 	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0},
 	{"server share: raw client pipelined Sends vs raw TCP pipelined", "ServerPipelinedRawClient", "RawTCPPipelined", 0},
 	{"cross-node Actor send vs raw protoactor remote send", "ActorSendCrossNode", "RawRemoteSend", 0.70},
+	{"bound request/response, Actor on another node vs raw remote request", "BoundRequestCrossNode", "RawRemoteRequest", 0.50},
+	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0},
+	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0},
 }
 
 type result struct {
@@ -80,7 +83,7 @@ func main() {
 				r.allocs, r.hasAllocs = v, true
 			case "B/op", "MB/s":
 			default:
-				if strings.HasPrefix(unit, "s/") {
+				if strings.HasPrefix(unit, "s/") || strings.HasPrefix(unit, "KiB-") {
 					if r.custom == nil {
 						r.custom = map[string]float64{}
 					}

@@ -264,3 +264,32 @@ func TestRelay_LateReplyNeverReachesNewSession(t *testing.T) {
 		t.Fatalf("new session: %v", err)
 	}
 }
+
+// Binding and unbinding many sessions leaves no binding state behind on either role.
+func TestManySessionsBindUnbindLeaveNoState(t *testing.T) {
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "many-")
+	for i := 0; i < 200; i++ {
+		c := f.Dial(t, 0)
+		mustBind(t, c, id, "probe")
+		if i%2 == 0 {
+			var empty map[string]any
+			if err := request(t, c, "unbind", map[string]string{"actor": id}, &empty); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = c.Close()
+	}
+	eventually(t, "binding state drained", func() bool {
+		st := f.Binder(0).Stats()
+		return st.Sessions == 0 && st.Bindings == 0 && st.Pending == 0
+	})
+	// Every binding ended exactly once: by unbind, by disconnect, or by replacement
+	// (the next session took the Actor over before the previous one disconnected).
+	if n := f.Ev.Count(id, "bound"); n != 200 {
+		t.Fatalf("%d binds seen by the Actor", n)
+	}
+	if n := f.Ev.Count(id, "ended"); n > 200 {
+		t.Fatalf("%d ends for 200 bindings", n)
+	}
+}

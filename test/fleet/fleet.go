@@ -7,6 +7,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,9 +32,14 @@ type Options struct {
 
 // Events records what probe Actors saw, per ActorId.
 type Events struct {
-	mu  sync.Mutex
-	got map[string][]string
+	mu    sync.Mutex
+	got   map[string][]string
+	ticks atomic.Int64
 }
+
+// Ticks returns how many room.tick relays probe Actors received (counted, not
+// recorded, so benchmarks can send millions).
+func (e *Events) Ticks() int64 { return e.ticks.Load() }
 
 // Add records ev for the Actor id.
 func (e *Events) Add(id, ev string) {
@@ -77,6 +83,10 @@ func (p *probe) Receive(ctx *actor.Context) {
 	case *binding.Ended:
 		p.ev.Add(id, "ended")
 	case *binding.Relayed:
+		if m.Name == "room.tick" {
+			p.ev.ticks.Add(1)
+			return
+		}
 		p.ev.Add(id, "relayed:"+m.Name)
 		switch {
 		case m.Name == "room.echo" && m.Request:
@@ -147,8 +157,16 @@ func (f *Fleet) Actors(i int) *actor.Host {
 	return f.actors[i]
 }
 
-// Connect opens a client to node i's STREAM endpoint.
+// Connect opens a client to node i's STREAM endpoint; it closes with the test.
 func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
+	t.Helper()
+	c := f.Dial(t, i)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Dial opens a client to node i's STREAM endpoint; the caller closes it.
+func (f *Fleet) Dial(t testing.TB, i int) *connector.Connector {
 	t.Helper()
 	f.mu.Lock()
 	ep := f.hosts[i].Node("gw").Endpoints()[0]
@@ -165,7 +183,6 @@ func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
 	if err := c.Connect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

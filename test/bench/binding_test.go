@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	proto "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
+	"github.com/meshnode/meshnode/test/fleet"
+)
+
+// BenchmarkRawRemoteRequest is the baseline of the bound request benchmarks:
+// protoactor-go remote request/response (RequestFuture) of a 64-byte protobuf between
+// the same two nodes, one caller.
+func BenchmarkRawRemoteRequest(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	pid, err := f.Node(1).ActorSystem().Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
+			ctx.Respond(m)
+		}
+	}), "bench-echo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := proto.NewPID(f.Node(1).RemoteAddr(), pid.Id)
+	root := f.Node(0).ActorSystem().Root
+	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := root.RequestFuture(target, msg, 5*time.Second).Result(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func boundClient(b *testing.B, f *fleet.Fleet, actorNode int, kind string) *connector.Connector {
+	id := f.IDOn(b, kind, actorNode, "bench-")
+	c := f.Connect(b, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), fleet.Wait)
+	defer cancel()
+	var out map[string]any
+	if err := c.Request(ctx, "bind", map[string]string{"actor": id, "kind": kind}, &out); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func boundRequest(b *testing.B, actorNode int) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	c := boundClient(b, f, actorNode, "room")
+	ctx := context.Background()
+	payload := []byte(`{"msg":"hello mesh","n":12345678}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.RequestRaw(ctx, "room.echo", wire.CodecJSON, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBoundRequestCrossNode: a STREAM client's request relayed to its bound Actor
+// on the other node (24) and answered back (36), end to end through the connector.
+func BenchmarkBoundRequestCrossNode(b *testing.B) { boundRequest(b, 1) }
+
+// BenchmarkBoundRequestSameNode: the same with the Actor on the session's node.
+func BenchmarkBoundRequestSameNode(b *testing.B) { boundRequest(b, 0) }
+
+// BenchmarkBoundRelaySendCrossNode: one-way relay throughput, client Sends relayed to
+// the bound Actor on the other node, until the Actor counted all of them.
+func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	c := boundClient(b, f, 1, "probe")
+	ctx := context.Background()
+	start := f.Ev.Ticks()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.SendRaw(ctx, "room.tick", wire.CodecJSON, payload64[:2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for f.Ev.Ticks()-start < int64(b.N) {
+		runtime.Gosched()
+	}
+}
+
+// BenchmarkBindUnbind10kSessions binds and unbinds 10,000 sessions (100 at a time) to
+// Actors on the other node, then reports how far the heap is from where it started
+// (KiB after a GC) and that no binding state is left.
+func BenchmarkBindUnbind10kSessions(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	ids := []string{f.IDOn(b, "probe", 1, "m-"), f.IDOn(b, "probe", 1, "n-")}
+	// Warm up first (lazy protobuf descriptors, gRPC streams, pools), so the starting
+	// level is the steady state, then bind and unbind 10,000 sessions per iteration.
+	bindUnbind(b, f, ids, 10)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for it := 0; it < b.N; it++ {
+		bindUnbind(b, f, ids, 100)
+	}
+	b.StopTimer()
+	deadline := time.Now().Add(fleet.Wait)
+	for f.Binder(0).Stats().Sessions != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := f.Binder(0).Stats(); st.Sessions != 0 || st.Bindings != 0 || st.Pending != 0 {
+		b.Fatalf("binding state left after unbinding: %+v", st)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1024, "KiB-heap-delta")
+}
+
+// bindUnbind runs batches of 100 sessions that each bind an Actor, unbind it and close.
+func bindUnbind(b *testing.B, f *fleet.Fleet, ids []string, batches int) {
+	bindUnbindT(b, f, ids, batches)
+}
+
+func bindUnbindT(b testing.TB, f *fleet.Fleet, ids []string, batches int) {
+	for batch := 0; batch < batches; batch++ {
+		cs := make([]*connector.Connector, 100)
+		for i := range cs {
+			cs[i] = f.Dial(b, 0)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), fleet.Wait)
+		for i, c := range cs {
+			var out map[string]any
+			if err := c.Request(ctx, "bind", map[string]string{"actor": ids[i%2], "kind": "probe"}, &out); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Request(ctx, "unbind", map[string]string{"actor": ids[i%2]}, &out); err != nil {
+				b.Fatal(err)
+			}
+			_ = c.Close()
+		}
+		cancel()
+	}
+}
