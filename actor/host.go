@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	proto "github.com/asynkron/protoactor-go/actor"
@@ -54,6 +55,7 @@ type Host struct {
 	pids  map[pidKey]*proto.PID // remote activations' PIDs, resolved once
 
 	turnHandlers turnHandlers
+	missing      func(from mesh.NodeID, rec *wire.Record)
 }
 
 type pidKey struct {
@@ -118,6 +120,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	}
 	h.dirPID = pid
 	node.Handle(wire.CmdActorSend, h.receiveActorSend)
+	node.OnUndeliverable(h.undeliverable)
 	h.unsubscribe = node.Subscribe(h.onMembership)
 	return h, nil
 }
@@ -286,7 +289,22 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 func ActivationName(r Ref) string { return activationName(r) }
 
 func activationName(r Ref) string {
-	return "actor/" + r.ID + "@" + strconv.FormatUint(r.ObjectGeneration, 10)
+	return activationPrefix + r.ID + "@" + strconv.FormatUint(r.ObjectGeneration, 10)
+}
+
+const activationPrefix = "actor/"
+
+// activationID returns the ActorId in an activation name.
+func activationID(name string) (string, bool) {
+	if !strings.HasPrefix(name, activationPrefix) {
+		return "", false
+	}
+	rest := name[len(activationPrefix):]
+	at := strings.LastIndexByte(rest, '@')
+	if at <= 0 {
+		return "", false
+	}
+	return rest[:at], true
 }
 
 func fenceMatches(cur, want RouteFence) bool {

@@ -90,3 +90,38 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 	}
 	return nil
 }
+
+// HandleMissingActor registers fn for records addressed to an activation that no
+// longer exists on this node and has no successor (after the record's validation):
+// the layer that owns the command answers (a bind gets "not found").
+func (h *Host) HandleMissingActor(fn func(from mesh.NodeID, rec *wire.Record)) {
+	h.turnHandlers.mu.Lock()
+	h.missing = fn
+	h.turnHandlers.mu.Unlock()
+}
+
+// undeliverable takes an envelope addressed to an activation that is gone: if the
+// ActorId has a current activation here, the envelope goes to it, whose handlers judge
+// the stale generation (a bind for another ObjectGeneration is answered
+// InvalidOperation there); otherwise the missing-Actor handler answers.
+func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
+	id, ok := activationID(name)
+	if !ok {
+		return false
+	}
+	if a, found := h.local(id); found {
+		h.system.Root.Send(a.pid, env)
+		return true
+	}
+	h.turnHandlers.mu.RLock()
+	fn := h.missing
+	h.turnHandlers.mu.RUnlock()
+	if fn == nil {
+		return false
+	}
+	from, rec, ok := h.node.Accept(env)
+	if ok {
+		fn(from, rec)
+	}
+	return true
+}

@@ -217,3 +217,18 @@ func (b *Binder) send36(ctx *actor.Context, cur *actorBinding, gen uint64, name,
 	}
 	return b.node.Send(cur.owner, rec)
 }
+
+// onMissingActor answers a 38 addressed to an activation that no longer exists and has
+// no successor on this node: a bind is "not found", a tombstone has nothing to remove.
+func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
+	switch body := rec.Body.(type) {
+	case *wire.BoundSessionBind:
+		if body.Binding.State == wire.BindingTombstone {
+			reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
+			return
+		}
+		reply(b, from, body.Correlation, wire.ResultNotFound, wire.FailureActorRouteNotFound, nil)
+	case *wire.ActorSend:
+		b.rejected(&b.drops.staleRelay, from, "relay to an Actor that is not active")
+	}
+}

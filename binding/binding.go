@@ -126,6 +126,7 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	// handled in its turn.
 	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
 	actors.HandleActorRecord(wire.CmdActorSend, b.onRelay)
+	actors.HandleMissingActor(b.onMissingActor)
 	return b
 }
 

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
 
@@ -89,7 +90,8 @@ type Node struct {
 	remAddr  string
 	meta     nodeMeta
 
-	deadLetters *eventstream.Subscription
+	deadLetters   *eventstream.Subscription
+	undeliverable atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
 }
 
 // Errors of node start-up.

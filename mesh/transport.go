@@ -135,8 +135,18 @@ func (n *Node) onDeadLetter(evt any) {
 		msg = me.Message
 	}
 	if env, ok := msg.(*meshpb.Envelope); ok {
+		if fn := n.undeliverable.Load(); fn != nil && dl.PID != nil && (*fn)(env, dl.PID.Id) {
+			return
+		}
 		n.drop(DropStaleTarget, NodeID{RID: env.FromRid, Generation: env.FromGeneration}, "addressed to an actor that is not active", nil)
 	}
+}
+
+// OnUndeliverable installs fn to see envelopes addressed to a local actor that does
+// not exist (by name); fn reports whether it took care of the envelope. Otherwise the
+// envelope is counted as a stale_target drop.
+func (n *Node) OnUndeliverable(fn func(env *meshpb.Envelope, actorName string) bool) {
+	n.undeliverable.Store(&fn)
 }
 
 // Handle registers the handler of one command. A later call replaces it.

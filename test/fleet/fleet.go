@@ -28,6 +28,8 @@ const Wait = 10 * time.Second
 type Options struct {
 	// NoTap turns the record tap off (benchmarks).
 	NoTap bool
+	// Session overrides the session type (default: the sample session).
+	Session func(b *binding.Binder) session.SessionType
 }
 
 // Events records what probe Actors saw, per ActorId.
@@ -82,6 +84,14 @@ func (p *probe) Receive(ctx *actor.Context) {
 		p.ev.Add(id, "bound")
 	case *binding.Ended:
 		p.ev.Add(id, "ended")
+	case *actor.Message:
+		if m.Name == "try-push" {
+			if err := p.b.Push(ctx, "room.said", wire.CodecJSON, []byte(`{}`)); err != nil {
+				p.ev.Add(id, "push-error")
+			} else {
+				p.ev.Add(id, "pushed")
+			}
+		}
 	case *binding.Relayed:
 		if m.Name == "room.tick" {
 			p.ev.ticks.Add(1)
@@ -128,7 +138,11 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		sh := session.NewHost(session.HostOptions{ActorSystem: node.ActorSystem()})
-		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(b))
+		st := sampleapp.Type(b)
+		if opts.Session != nil {
+			st = opts.Session(b)
+		}
+		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(st)
 		if err := sh.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -32,9 +32,12 @@ const RoomKind = "room"
 // Echo is the sample session.
 type Echo struct{ b *binding.Binder }
 
-// Type is the sample session's type. With a nil binder only echo and fail work.
+// New returns a sample session. With a nil binder only echo and fail work.
+func New(b *binding.Binder) *Echo { return &Echo{b: b} }
+
+// Type is the sample session's type.
 func Type(b *binding.Binder) session.SessionType {
-	return session.NewSessionType(func() *Echo { return &Echo{b: b} })
+	return session.NewSessionType(func() *Echo { return New(b) })
 }
 
 // Register adds the room kind to actors.
