@@ -35,6 +35,7 @@ type Relayed struct {
 	SessionRID        string
 	BindingGeneration uint64
 	Sequence          uint64 // session sequence: ingress order within the session
+	owner             mesh.NodeID
 	replied           bool
 }
 
@@ -84,8 +85,12 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	if body.Binding.State == wire.BindingTombstone {
 		cur := st.current
 		if cur != nil && cur.owner == from && cur.sessionRid == body.SessionRID && cur.gen == body.Binding.Generation {
-			st.current = nil
+			// The notice runs while the binding is still current, so it may push a last
+			// word to a session that stays connected (NotifyDisconnected); then it ends.
 			t.Deliver(&Ended{SessionRID: cur.sessionRid, BindingGeneration: cur.gen})
+			if st.current == cur {
+				st.current = nil
+			}
 		}
 		// A late tombstone for a replaced identity changes nothing, and says so.
 		reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
@@ -150,6 +155,7 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		SessionRID:        tail.SourceSessionRID,
 		BindingGeneration: tail.SourceBindingGeneration,
 		Sequence:          tail.SourceSessionSequence,
+		owner:             from,
 	})
 }
 
@@ -168,6 +174,9 @@ func (b *Binder) IsBound(ctx *actor.Context) bool { return b.currentOf(ctx) != n
 // Push sends a Send frame named name to the Actor's bound session (record 36).
 // Without a binding it fails with ErrNotBound.
 func (b *Binder) Push(ctx *actor.Context, name string, c swire.Codec, payload []byte) error {
+	if swire.IsReservedName(name) {
+		return errorf(ErrInvalidOperation, "push name %q is reserved", name)
+	}
 	cur := b.currentOf(ctx)
 	if cur == nil {
 		return ErrNotBound
@@ -203,7 +212,7 @@ func (b *Binder) replyTo(ctx *actor.Context, r *Relayed, kind swire.Kind, ct str
 	}
 	r.replied = true
 	cur := b.currentOf(ctx)
-	if cur == nil || cur.sessionRid != r.SessionRID || cur.gen != r.BindingGeneration {
+	if cur == nil || cur.owner != r.owner || cur.sessionRid != r.SessionRID || cur.gen != r.BindingGeneration {
 		// The relaying binding is gone: the reply has no session to reach.
 		return ErrNotBound
 	}

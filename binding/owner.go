@@ -2,11 +2,13 @@ package binding
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	swire "github.com/meshnode/meshnode/session/wire"
 )
@@ -29,6 +31,9 @@ func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFen
 		b.mu.Lock()
 		delete(b.pending, corr)
 		b.mu.Unlock()
+		if errors.Is(err, actor.ErrNotFound) {
+			return errorf(ErrNotFound, "%v", err)
+		}
 		return errorf(ErrUnavailable, "%v", err)
 	}
 	select {
@@ -54,8 +59,14 @@ func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFen
 func (b *Binder) sendTombstone(s *Session, fence actor.RouteFence, gen uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = b.actors.SendRecord(ctx, fence, bindRecord(b.nextCorr.Add(1), fence, s.rid, gen, true))
+	_ = b.actors.SendRecord(ctx, fence, bindRecord(b.oneWayCorrelation(), fence, s.rid, gen, true))
 }
+
+// oneWayBit marks the correlation of a 38 nobody waits for (a tombstone sent while the
+// session goes): its terminal is expected and ignored, not counted as late.
+const oneWayBit = 1 << 62
+
+func (b *Binder) oneWayCorrelation() uint64 { return b.nextCorr.Add(1) | oneWayBit }
 
 // forget drops a binding generation from the push index.
 func (b *Binder) forget(gen uint64) {
@@ -70,20 +81,24 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 	if !ok {
 		return
 	}
+	if r.Correlation&oneWayBit != 0 {
+		return
+	}
 	b.mu.Lock()
 	op, ok := b.pending[r.Correlation]
+	if ok && from != op.fence.Node {
+		// A terminal from another node than the one asked is not this bind's: it
+		// neither completes nor fails it.
+		b.mu.Unlock()
+		b.rejected(&b.drops.lateReply, from, "bind terminal from a node that was not asked")
+		return
+	}
 	if ok {
 		delete(b.pending, r.Correlation)
 	}
 	b.mu.Unlock()
 	if !ok {
 		b.drops.lateReply.Add(1)
-		return
-	}
-	if from != op.fence.Node {
-		// A terminal from another node than the one asked: not ours to accept.
-		b.rejected(&b.drops.lateReply, from, "bind terminal from a node that was not asked")
-		op.done <- errorf(ErrUnavailable, "terminal from %s", from)
 		return
 	}
 	if op.tombstone {
@@ -95,6 +110,8 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	if r.BindOK == nil || r.BindOK.BindingGeneration != op.gen {
+		// The Actor owner may hold a binding the caller will never see: retire it.
+		b.sendTombstone(op.s, op.fence, op.gen)
 		op.done <- errorf(ErrUnavailable, "bind terminal without this binding generation")
 		return
 	}
@@ -166,21 +183,23 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 			b.rejected(&b.drops.stalePush, from, "malformed relayed reply")
 			return
 		}
-		pkt := s.takeRequest(seq)
+		pkt := s.takeRequest(seq, body.ExpectedBindingGeneration)
 		if pkt == nil {
 			b.drops.lateReply.Add(1)
 			return
 		}
+		// NonBlocking: this runs on the node's record receiver, which serves every
+		// session; a client that does not read must not stall the others.
 		if kind == swire.KindError {
 			ep, err := codec.DecodeErrorPayload(payload)
 			if err != nil {
-				_ = pkt.ReplyError("internal_failure", "malformed error from the Actor")
+				_ = pkt.ReplyError(codec.CodeInternalFailure, "malformed error from the Actor", session.NonBlocking())
 				return
 			}
-			_ = pkt.ReplyError(ep.Code, ep.Message)
+			_ = pkt.ReplyError(ep.Code, ep.Message, session.NonBlocking())
 			return
 		}
-		_ = pkt.Reply(codecOf(b.opts.Codecs, p.ContentType), payload)
+		_ = pkt.Reply(codecOf(b.opts.Codecs, p.ContentType), payload, session.NonBlocking())
 	case closePacketName:
 		reason, diag, err := decodeClose(p.Data)
 		if err != nil {
@@ -189,9 +208,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		}
 		_ = s.peer.Close(reason, diag)
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := s.peer.Send(ctx, p.PacketName, codecOf(b.opts.Codecs, p.ContentType), p.Data); err != nil {
+		if err := s.peer.Send(context.Background(), p.PacketName, codecOf(b.opts.Codecs, p.ContentType), p.Data, session.NonBlocking()); err != nil {
 			b.log.Debug("binding: push not delivered", "actor", actorID, "err", err)
 		}
 	}
@@ -240,6 +257,7 @@ func (s *Session) replaced(actorID string, gen uint64) {
 	fn := s.onReplaced
 	s.mu.Unlock()
 	s.b.forget(gen)
+	s.failRequests(gen, "the binding was replaced")
 	if already {
 		return
 	}

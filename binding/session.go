@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/codec"
 	swire "github.com/meshnode/meshnode/session/wire"
 )
 
@@ -21,10 +22,17 @@ type Session struct {
 	mu         sync.Mutex
 	binds      map[string]*bound // by ActorId
 	seq        uint64            // session sequence: ingress order of relayed packets
-	requests   map[uint64]*session.Packet
+	requests   map[uint64]pendingRequest
 	closing    bool
 	closed     bool
 	onReplaced func(ctx context.Context, actorID string)
+}
+
+// pendingRequest is a relayed Request waiting for the Actor's reply, with the binding
+// generation it was relayed on: only a reply on that binding completes it.
+type pendingRequest struct {
+	pkt *session.Packet
+	gen uint64
 }
 
 // bound is one current binding of the session.
@@ -47,7 +55,7 @@ func (b *Binder) Session(peer *session.Peer) *Session {
 	if s, ok := b.sessions[peer.RoutingID()]; ok {
 		return s
 	}
-	s := &Session{b: b, peer: peer, rid: sessionRID(peer.RoutingID()), binds: map[string]*bound{}, requests: map[uint64]*session.Packet{}}
+	s := &Session{b: b, peer: peer, rid: sessionRID(peer.RoutingID()), binds: map[string]*bound{}, requests: map[uint64]pendingRequest{}}
 	b.sessions[peer.RoutingID()] = s
 	peer.AfterDisconnect(s.disconnected)
 	return s
@@ -136,15 +144,38 @@ func (s *Session) NotifyDisconnected(ctx context.Context, actorID string) error 
 func (s *Session) end(ctx context.Context, actorID string) error {
 	s.mu.Lock()
 	bd, ok := s.binds[actorID]
-	if ok {
-		delete(s.binds, actorID)
-	}
 	s.mu.Unlock()
 	if !ok {
 		return ErrNotBound
 	}
+	// The binding stays current until the Actor's notice has run (its callback may
+	// still push to this session); the tombstone's terminal ends it here.
+	err := s.b.roundTrip(ctx, s, bd.fence, bd.gen, true)
+	s.mu.Lock()
+	if cur, ok := s.binds[actorID]; ok && cur.gen == bd.gen {
+		delete(s.binds, actorID)
+	}
+	s.mu.Unlock()
 	s.b.forget(bd.gen)
-	return s.b.roundTrip(ctx, s, bd.fence, bd.gen, true)
+	s.failRequests(bd.gen, "the binding ended")
+	return err
+}
+
+// failRequests answers the relayed requests of binding gen that are still waiting:
+// their binding is gone, so no reply can come.
+func (s *Session) failRequests(gen uint64, why string) {
+	s.mu.Lock()
+	var failed []*session.Packet
+	for seq, pr := range s.requests {
+		if pr.gen == gen {
+			failed = append(failed, pr.pkt)
+			delete(s.requests, seq)
+		}
+	}
+	s.mu.Unlock()
+	for _, pkt := range failed {
+		_ = pkt.ReplyError(codec.CodeUnavailable, why, session.NonBlocking())
+	}
 }
 
 // Relay sends the packet to the bound Actor actorID as record 24 with the
@@ -164,7 +195,7 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	s.seq++
 	seq := s.seq
 	if pkt.IsRequest() {
-		s.requests[seq] = pkt
+		s.requests[seq] = pendingRequest{pkt: pkt, gen: bd.gen}
 	}
 	fence, gen := bd.fence, bd.gen
 	s.mu.Unlock()
@@ -185,7 +216,7 @@ func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
 	s.closed = true
 	binds := s.binds
 	s.binds = map[string]*bound{}
-	s.requests = map[uint64]*session.Packet{}
+	s.requests = map[uint64]pendingRequest{}
 	s.mu.Unlock()
 	s.b.mu.Lock()
 	delete(s.b.sessions, s.peer.RoutingID())
@@ -193,8 +224,7 @@ func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
 	for _, bd := range binds {
 		s.b.forget(bd.gen)
 		// One-way from here: the session is gone, nobody waits for the terminal.
-		corr := s.b.nextCorr.Add(1)
-		rec := bindRecord(corr, bd.fence, s.rid, bd.gen, true)
+		rec := bindRecord(s.b.oneWayCorrelation(), bd.fence, s.rid, bd.gen, true)
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := s.b.actors.SendRecord(sctx, bd.fence, rec); err != nil {
 			s.b.log.Debug("binding: tombstone not sent", "actor", bd.fence.String(), "err", err)
@@ -203,13 +233,17 @@ func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
 	}
 }
 
-// takeRequest removes and returns the relayed request with session sequence seq.
-func (s *Session) takeRequest(seq uint64) *session.Packet {
+// takeRequest removes and returns the relayed request with session sequence seq, if
+// it was relayed on binding generation gen.
+func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pkt := s.requests[seq]
+	pr, ok := s.requests[seq]
+	if !ok || pr.gen != gen {
+		return nil
+	}
 	delete(s.requests, seq)
-	return pkt
+	return pr.pkt
 }
 
 // current returns the binding of the given generation if it is still current.

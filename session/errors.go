@@ -55,6 +55,9 @@ var (
 	ErrSessionClosed = errors.New("stream session closed")
 	// ErrNotRequest is returned when a packet that is not a Request is replied to.
 	ErrNotRequest = errors.New("packet is not a request")
+	// ErrWriteQueueFull is returned by a NonBlocking send when the connection's write
+	// queue is full.
+	ErrWriteQueueFull = errors.New("stream session write queue full")
 	// ErrAlreadyReplied is returned by a second reply to the same request.
 	ErrAlreadyReplied = errors.New("request already replied")
 	// ErrMessageTooLarge marks an inbound message over MaxMessageSize (EMSGSIZE).

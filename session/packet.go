@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -53,6 +54,15 @@ func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
 	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts, true)
 }
 
+// ReplyError sends an Error reply {"code","message"} (JSON, digest §2.11).
+func (p *Packet) ReplyError(code, message string, opts ...SendOption) error {
+	if err := p.consumeReply(); err != nil {
+		return err
+	}
+	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
+	return p.Peer.c.send(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), opts, true)
+}
+
 // ReplyValue marshals v with the request's codec and replies with it.
 func (p *Packet) ReplyValue(v any, opts ...SendOption) error {
 	b, err := p.Peer.c.host.codecs.Marshal(p.Codec, v)
@@ -60,15 +70,6 @@ func (p *Packet) ReplyValue(v any, opts ...SendOption) error {
 		return err
 	}
 	return p.Reply(p.Codec, b, opts...)
-}
-
-// ReplyError sends an Error reply {"code","message"} (JSON, digest §2.11).
-func (p *Packet) ReplyError(code, message string) error {
-	if err := p.consumeReply(); err != nil {
-		return err
-	}
-	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
-	return p.Peer.c.enqueue(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), true)
 }
 
 // consumeReply takes the one-shot reply token before the transport is touched.
@@ -86,9 +87,23 @@ func (p *Packet) consumeReply() error {
 type SendOption func(*sendOptions)
 
 type sendOptions struct {
-	metadata wire.Metadata
-	compress bool
+	metadata    wire.Metadata
+	compress    bool
+	nonBlocking bool
 }
+
+// NonBlocking queues the frame for the connection's writer and never waits: not for
+// the socket, not for queue space. A full write queue fails at once with
+// ErrWriteQueueFull. For callers that must not stall, such as a node's record
+// receiver serving every session.
+func NonBlocking() SendOption { return func(o *sendOptions) { o.nonBlocking = true } }
+
+// expired is a context that is already done: waiting on it returns at once.
+var expired = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // WithMetadata attaches a metadata block to the frame.
 func WithMetadata(md wire.Metadata) SendOption {
@@ -108,6 +123,15 @@ func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []
 		if o.compress && len(payload) > 0 {
 			payload = compress.AppendLZ4(nil, payload)
 			h.Compressed = true
+		}
+		if o.nonBlocking {
+			if err := c.enqueue(expired, h, payload, false); err != nil {
+				if errors.Is(err, context.Canceled) {
+					return ErrWriteQueueFull
+				}
+				return err
+			}
+			return nil
 		}
 	}
 	return c.enqueue(ctx, h, payload, direct)

@@ -1,9 +1,13 @@
 package binding_test
 
 import (
+	"context"
+
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/meshnode/meshnode/actor"
 
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/connector"
@@ -291,5 +295,54 @@ func TestManySessionsBindUnbindLeaveNoState(t *testing.T) {
 	}
 	if n := f.Ev.Count(id, "ended"); n > 200 {
 		t.Fatalf("%d ends for 200 bindings", n)
+	}
+}
+
+// §7.18: a reply the Actor sends after its session was replaced never reaches the new
+// session, even when the new session has the same session RID, binding generation and
+// session sequence on another node (the first session of each node).
+func TestRelay_LateReplyAfterReplacementNeverReachesNewSession(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "lr-")
+	old := f.Connect(t, 0)
+	mustBind(t, old, id, "probe")
+	oldDone := make(chan error, 1)
+	go func() {
+		var out map[string]int
+		oldDone <- request(t, old, "room.hold", map[string]int{}, &out)
+	}()
+	eventually(t, "old request held", func() bool { return f.Ev.Count(id, "relayed:room.hold") == 1 })
+
+	nu := f.Connect(t, 2)
+	mustBind(t, nu, id, "probe")
+	nuDone := make(chan map[string]int, 1)
+	go func() {
+		var out map[string]int
+		if err := request(t, nu, "room.hold", map[string]int{}, &out); err != nil {
+			t.Errorf("new session's request: %v", err)
+		}
+		nuDone <- out
+	}()
+	eventually(t, "new request held", func() bool { return f.Ev.Count(id, "relayed:room.hold") == 2 })
+	fence, err := f.Actors(1).Lookup(context.Background(), "probe", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Actors(1).Send(context.Background(), fence, actor.Message{Name: "release"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case out := <-nuDone:
+		if out["k"] != 1 {
+			t.Fatalf("new session's request completed with %v: another session's reply", out)
+		}
+	case <-time.After(wait):
+		t.Fatal("new session's request not answered")
+	}
+	if n := f.Ev.Count(id, "release-refused"); n != 1 {
+		t.Fatalf("the old binding's reply was not refused (%d)", n)
+	}
+	if err := <-oldDone; err == nil {
+		t.Fatal("old session's held request completed")
 	}
 }

@@ -73,8 +73,9 @@ func (e *Events) Count(id, ev string) int {
 
 // probe is a test Actor kind (registered as "probe"): it records binding events and answers like a room.
 type probe struct {
-	b  *binding.Binder
-	ev *Events
+	b    *binding.Binder
+	ev   *Events
+	held []*binding.Relayed // room.hold requests, answered on a "release" message
 }
 
 func (p *probe) Receive(ctx *actor.Context) {
@@ -85,6 +86,17 @@ func (p *probe) Receive(ctx *actor.Context) {
 	case *binding.Ended:
 		p.ev.Add(id, "ended")
 	case *actor.Message:
+		if m.Name == "release" {
+			// Answer every held request, oldest first, with its index.
+			for k, r := range p.held {
+				if err := p.b.Reply(ctx, r, wire.CodecJSON, []byte(`{"k":`+strconv.Itoa(k)+`}`)); err != nil {
+					p.ev.Add(id, "release-refused")
+				} else {
+					p.ev.Add(id, "released")
+				}
+			}
+			p.held = nil
+		}
 		if m.Name == "try-push" {
 			if err := p.b.Push(ctx, "room.said", wire.CodecJSON, []byte(`{}`)); err != nil {
 				p.ev.Add(id, "push-error")
@@ -104,7 +116,8 @@ func (p *probe) Receive(ctx *actor.Context) {
 		case m.Name == "room.say":
 			_ = p.b.Push(ctx, "room.said", m.Codec, m.Payload)
 		case m.Name == "room.hold" && m.Request:
-			// Never answered: the client's request stays pending.
+			// Answered only on a "release" message.
+			p.held = append(p.held, m)
 		}
 	}
 }
