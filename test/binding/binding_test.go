@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/session"
 
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/connector"
@@ -345,4 +348,74 @@ func TestRelay_LateReplyAfterReplacementNeverReachesNewSession(t *testing.T) {
 	if err := <-oldDone; err == nil {
 		t.Fatal("old session's held request completed")
 	}
+}
+
+// §7.10: the replaced session's close cleans its other bindings (their Actors are told)
+// and never the replacement: the taken-over Actor stays bound to the new session.
+func TestRebind_ReplacedSessionCloseCleansOnlyItsOtherBindings(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	a := f.IDOn(t, "probe", 1, "ca-")
+	b := f.IDOn(t, "probe", 2, "cb-")
+	old := f.Connect(t, 0)
+	mustBind(t, old, a, "probe")
+	mustBind(t, old, b, "probe")
+	nu := f.Connect(t, 2)
+	said := pushes(nu, "room.said")
+	mustBind(t, nu, a, "probe")
+	eventually(t, "old session closed", func() bool { return old.State() != connector.StateConnected })
+	eventually(t, "b told its session ended", func() bool { return f.Ev.Count(b, "ended") == 1 })
+	if n := f.Ev.Count(a, "ended"); n != 0 {
+		t.Fatalf("the replaced Actor was told %d times that a binding ended", n)
+	}
+	if err := nu.Send(t.Context(), "room.say", map[string]int{"still": 1}, connector.WithMetadata("actor", a)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-said:
+	case <-time.After(wait):
+		t.Fatal("the replacement binding lost its pushes")
+	}
+}
+
+// §7.10 3: the new bind completes without waiting for the previous session, even while
+// that session's replaced callback is still running.
+func TestRebind_NewBindDoesNotWaitForOldSession(t *testing.T) {
+	release := make(chan struct{})
+	f := fleet.Start(t, 2, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
+		return session.NewSessionType(func() *slowReplaced { return &slowReplaced{Echo: sampleapp.New(b), b: b, release: release} })
+	}})
+	defer close(release)
+	id := f.IDOn(t, "probe", 1, "sl-")
+	old := f.Connect(t, 0)
+	mustBind(t, old, id, "probe")
+	nu := f.Connect(t, 1)
+	start := time.Now()
+	mustBind(t, nu, id, "probe")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("new bind took %v while the old session's callback blocked", d)
+	}
+	if old.State() != connector.StateConnected {
+		t.Fatal("old session closed before its replaced callback returned")
+	}
+}
+
+// slowReplaced binds like the sample app but its replaced callback blocks until
+// release closes.
+type slowReplaced struct {
+	*sampleapp.Echo
+	b       *binding.Binder
+	release chan struct{}
+}
+
+func (s *slowReplaced) OnPacket(ctx context.Context, pkt *session.Packet) error {
+	if pkt.Name == "bind" {
+		bs := s.b.Session(pkt.Peer)
+		defer bs.OnReplaced(func(ctx context.Context, _ string) {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+		})
+	}
+	return s.Echo.OnPacket(ctx, pkt)
 }
