@@ -239,5 +239,19 @@ func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
 		reply(b, from, body.Correlation, wire.ResultNotFound, wire.FailureActorRouteNotFound, nil)
 	case *wire.ActorSend:
 		b.rejected(&b.drops.staleRelay, from, "relay to an Actor that is not active")
+		// A relayed Request would otherwise wait for a reply that cannot come: answer
+		// it with not_found on the binding it was relayed on (the session owner judges
+		// the reply against that binding's fence, which is the one this 24 carried).
+		if kind, _ := rec.Metadata.Get(kindKey); kind == "request" && body.BoundSession != nil {
+			tail := body.BoundSession
+			r := &wire.Record{
+				Body: &wire.BoundSessionSend{Actor: body.TargetActor, ExpectedBindingGeneration: tail.SourceBindingGeneration},
+				Payload: &wire.Payload{PacketName: replyPacketName, ContentType: codec.ContentTypeJSON,
+					Data: encodeReply(tail.SourceSessionSequence, swire.KindError, codec.EncodeErrorPayload(codec.CodeNotFound, "the bound Actor is no longer active"))},
+			}
+			if err := b.node.Send(from, r); err != nil {
+				b.log.Debug("binding: not-found reply not sent", "to", from.String(), "err", err)
+			}
+		}
 	}
 }

@@ -160,7 +160,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	} else {
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(logfloor.New(n.log.Handler(), slog.LevelWarn))
-		}))
+		}),
+			// The dead-letter throttle parks a goroutine for one interval after the first
+			// dead letter; keep it short so it never outlives the node for long.
+			actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
 		n.ownSys = true
 	}
 	rc := remote.Configure(cfg.BindHost, remotePort,

@@ -165,3 +165,25 @@ func TestRelay_NoResendAfterTimeout(t *testing.T) {
 		t.Fatalf("held request relayed %d times", n)
 	}
 }
+
+// A relayed request to a bound Actor that was deactivated gets a clear not_found
+// instead of waiting for a reply that cannot come.
+func TestRelay_ToDeactivatedActorIsNotFound(t *testing.T) {
+	f := startAPI(t, 2)
+	id := f.IDOn(t, "probe", 1, "gone-")
+	c := f.Connect(t, 0)
+	mustBind(t, c, id, "probe")
+	f.Actors(1).Deactivate(id)
+	eventually(t, "deactivated", func() bool {
+		for _, a := range f.Actors(1).Active() {
+			if a.ID == id {
+				return false
+			}
+		}
+		return true
+	})
+	var out map[string]any
+	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "not_found" {
+		t.Fatalf("relay to a deactivated Actor: %v", err)
+	}
+}
