@@ -128,7 +128,7 @@ func decodeReplyHeader(b []byte) (h wire.Header, ok bool) {
 		off += n
 	}
 	if flags&wire.FlagFlow != 0 {
-		if len(b)-off < wire.FlowIDLen+1 || !validFlowID(b[off:off+wire.FlowIDLen]) {
+		if len(b)-off < wire.FlowIDLen+1 || !wire.ValidFlowID(b[off:off+wire.FlowIDLen]) {
 			return h, false
 		}
 		off += wire.FlowIDLen
@@ -141,33 +141,4 @@ func decodeReplyHeader(b []byte) (h wire.Header, ok bool) {
 		return h, false
 	}
 	return wire.Header{Kind: kind, Codec: codec, Compressed: flags&wire.FlagCompressed != 0, RequestSeq: seq}, true
-}
-
-// validFlowID: 8-4-4-4-12 lowercase hex, version 7 at index 14, variant 8, 9, a or b at
-// index 19 (digest §2.8).
-func validFlowID(s []byte) bool {
-	if len(s) != wire.FlowIDLen {
-		return false
-	}
-	for i, c := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		case 14:
-			if c != '7' {
-				return false
-			}
-		case 19:
-			if c != '8' && c != '9' && c != 'a' && c != 'b' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }

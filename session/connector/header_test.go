@@ -185,7 +185,7 @@ func TestFlowIDsAreValidUUIDv7(t *testing.T) {
 	for range 10000 {
 		putFlowID(b[:], time.Now())
 		id := string(b[:])
-		if !validFlowID([]byte(id)) || seen[id] {
+		if !wire.ValidFlowID([]byte(id)) || seen[id] {
 			t.Fatalf("flow id %q (seen %v)", id, seen[id])
 		}
 		seen[id] = true

@@ -110,6 +110,9 @@ func validCorrelation[T text](s T) bool {
 // validFlowID reports whether s is a lowercase hyphenated UUIDv7 (digest §2.8):
 // 8-4-4-4-12 lowercase hex, version nibble 7 at index 14, RFC 9562 variant (8, 9, a, b)
 // at index 19.
+// ValidFlowID reports whether s is a lowercase hyphenated UUIDv7 (digest §2.8).
+func ValidFlowID[T text](s T) bool { return validFlowID(s) }
+
 func validFlowID[T text](s T) bool {
 	if len(s) != FlowIDLen {
 		return false
