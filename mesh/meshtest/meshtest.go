@@ -203,34 +203,34 @@ func (c *Cluster) WaitUntil(timeout time.Duration, cond func() bool) error {
 
 // Stop stops node i gracefully: it leaves, and the others see it as left.
 func (c *Cluster) Stop(i int) {
-	c.mu.Lock()
-	n, stop, running := c.nodes[i], c.stops[i], c.running[i]
-	c.running[i] = false
-	c.mu.Unlock()
-	if !running {
-		return
+	if n := c.halt(i); n != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Leave(ctx)
 	}
-	if stop != nil {
-		stop()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = n.Leave(ctx)
 }
 
 // Kill stops node i abruptly, without leaving: the others detect it as failed.
 func (c *Cluster) Kill(i int) {
+	if n := c.halt(i); n != nil {
+		n.Kill()
+	}
+}
+
+// halt marks node i stopped and runs what OnStart attached to it; it returns the node,
+// or nil when it was not running.
+func (c *Cluster) halt(i int) *mesh.Node {
 	c.mu.Lock()
 	n, stop, running := c.nodes[i], c.stops[i], c.running[i]
 	c.running[i] = false
 	c.mu.Unlock()
 	if !running {
-		return
+		return nil
 	}
 	if stop != nil {
 		stop()
 	}
-	n.Kill()
+	return n
 }
 
 // Restart starts node i again, under the same RID and a new, larger generation, joined
