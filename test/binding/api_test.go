@@ -110,7 +110,18 @@ func TestDisconnect_NotifyDisconnectedRaceAtMostOnce(t *testing.T) {
 	}
 	_ = request(t, c, "test.notifyclose", map[string]string{"actor": b}, &out)
 	eventually(t, "b ended", func() bool { return f.Ev.Count(b, "ended") >= 1 })
-	time.Sleep(200 * time.Millisecond) // a second notice would land within this window
+	// Once the session is gone every tombstone has been sent; a marker sent after them
+	// from the same node reaches the Actor after them, so a second notice would be in
+	// by the time the marker is.
+	eventually(t, "session state gone", func() bool { return f.Binder(0).Stats().Sessions == 0 })
+	fence, err := f.Actors(0).Lookup(context.Background(), "probe", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Actors(0).Send(context.Background(), fence, actor.Message{Name: "marker"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "marker", func() bool { return f.Ev.Count(b, "marker") == 1 })
 	if n := f.Ev.Count(b, "ended"); n != 1 {
 		t.Fatalf("race: ended %d times", n)
 	}

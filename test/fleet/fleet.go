@@ -97,6 +97,9 @@ func (p *probe) Receive(ctx *actor.Context) {
 			}
 			p.held = nil
 		}
+		if m.Name == "marker" {
+			p.ev.Add(id, "marker")
+		}
 		if m.Name == "try-push" {
 			if err := p.b.Push(ctx, "room.said", wire.CodecJSON, []byte(`{}`)); err != nil {
 				p.ev.Add(id, "push-error")
