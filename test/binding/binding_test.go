@@ -12,6 +12,7 @@ import (
 	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
 	"github.com/meshnode/meshnode/session"
 
+	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/connector"
 	swire "github.com/meshnode/meshnode/session/wire"
@@ -418,4 +419,60 @@ func (s *slowReplaced) OnPacket(ctx context.Context, pkt *session.Packet) error 
 		})
 	}
 	return s.Echo.OnPacket(ctx, pkt)
+}
+
+// §7.12: one Actor's failing disconnect notice does not stop the others.
+func TestDisconnect_FailuresIsolated(t *testing.T) {
+	f := fleet.Start(t, 2, fleet.Options{})
+	bad := f.IDOn(t, "probe", 1, "panic-")
+	good := f.IDOn(t, "probe", 1, "calm-")
+	c := f.Connect(t, 0)
+	mustBind(t, c, bad, "probe")
+	mustBind(t, c, good, "probe")
+	_ = c.Close()
+	eventually(t, "both notified", func() bool { return f.Ev.Count(bad, "ended") == 1 && f.Ev.Count(good, "ended") == 1 })
+	eventually(t, "session state gone", func() bool { return f.Binder(0).Stats().Sessions == 0 })
+}
+
+// §7.11: a late tombstone for a replaced binding identity never removes the newer
+// binding: the new session keeps its pushes.
+func TestTombstone_LateNeverRemovesNewerBinding(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "lt-")
+	old := f.Connect(t, 0)
+	oldBind := mustBind(t, old, id, "probe")
+	nu := f.Connect(t, 2)
+	said := pushes(nu, "room.said")
+	mustBind(t, nu, id, "probe")
+	eventually(t, "old session closed", func() bool { return old.State() != connector.StateConnected })
+	fence, err := f.Actors(1).Lookup(context.Background(), "probe", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old session owner's tombstone for its retired binding, arriving late.
+	frames, err := wire.Encode(&wire.Record{Body: &wire.BoundSessionBind{
+		Correlation: 1 << 62, Actor: actor.FenceToWire(fence), SessionRID: "s1",
+		Binding: wire.BindingTransition{State: wire.BindingTombstone, Generation: oldBind.BindingGeneration},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := f.Node(0).ID(), f.Node(1).ID()
+	f.Node(0).SendEnvelopeTo(f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), &meshpb.Envelope{
+		FromRid: from.RID, FromGeneration: from.Generation, ToRid: to.RID, ToGeneration: to.Generation, Frames: frames})
+	if err := f.Actors(0).Send(context.Background(), fence, actor.Message{Name: "marker"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "marker after the tombstone", func() bool { return f.Ev.Count(id, "marker") == 1 })
+	if n := f.Ev.Count(id, "ended"); n != 0 {
+		t.Fatalf("late tombstone ended the current binding (%d)", n)
+	}
+	if err := nu.Send(t.Context(), "room.say", map[string]int{"v": 2}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-said:
+	case <-time.After(wait):
+		t.Fatal("new binding lost its pushes after a late tombstone")
+	}
 }

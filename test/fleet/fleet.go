@@ -6,6 +6,7 @@ package fleet
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,6 +86,9 @@ func (p *probe) Receive(ctx *actor.Context) {
 		p.ev.Add(id, "bound")
 	case *binding.Ended:
 		p.ev.Add(id, "ended")
+		if strings.HasPrefix(id, "panic-") {
+			panic("probe " + id + " fails its disconnect notice")
+		}
 	case *actor.Message:
 		if m.Name == "release" {
 			// Answer every held request, oldest first, with its index.
