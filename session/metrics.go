@@ -114,6 +114,12 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	// STREAM has no socket flow state to configure (digest §9.4), so this stays 0; it
+	// is exported so that dashboards built on the spec's instrument set work.
+	flowFail, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.flow_state_config_failures", metric.WithUnit("{failure}"))
+	if err != nil {
+		return nil, err
+	}
 	in := metric.WithAttributes(attribute.String("direction", "in"))
 	out := metric.WithAttributes(attribute.String("direction", "out"))
 	state := func(s string) metric.MeasurementOption { return metric.WithAttributes(attribute.String("state", s)) }
@@ -148,8 +154,9 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		o.ObserveInt64(ptrans, s.toRunning, state("running"))
 		o.ObserveFloat64(pdur, s.pauseCurrent.Seconds(), state("current"))
 		o.ObserveFloat64(pdur, s.pauseTotal.Seconds(), state("cumulative"))
+		o.ObserveInt64(flowFail, 0)
 		return nil
-	}, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
+	}, flowFail, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
 	if err != nil {
 		return nil, err
 	}
