@@ -28,7 +28,7 @@ func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
 		Kind  string `json:"kind"`
 	}
 	switch pkt.Name {
-	case "test.bindwrong", "test.notify", "test.notifyclose":
+	case "test.bindwrong", "test.bindstale", "test.notify", "test.notifyclose":
 		if err := pkt.Decode(&arg); err != nil {
 			return pkt.ReplyError(codec.CodeInvalidOperation, err.Error())
 		}
@@ -46,6 +46,17 @@ func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
 		_, err = bs.Bind(ctx, fence)
 		if errors.Is(err, binding.ErrInvalidOperation) {
 			return pkt.ReplyError(codec.CodeInvalidOperation, err.Error())
+		}
+		return pkt.ReplyError(codec.CodeInternalFailure, "unexpected: "+errString(err))
+	case "test.bindstale":
+		fence, err := s.b.Actors().Lookup(ctx, arg.Kind, arg.Actor)
+		if err != nil {
+			return pkt.ReplyError(codec.CodeNotFound, err.Error())
+		}
+		fence.AuthorityOwnerGeneration--
+		_, err = bs.Bind(ctx, fence)
+		if errors.Is(err, binding.ErrUnavailable) {
+			return pkt.ReplyError(codec.CodeUnavailable, err.Error())
 		}
 		return pkt.ReplyError(codec.CodeInternalFailure, "unexpected: "+errString(err))
 	case "test.notify":
@@ -196,5 +207,24 @@ func TestRelay_ToDeactivatedActorIsNotFound(t *testing.T) {
 	var out map[string]any
 	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "not_found" {
 		t.Fatalf("relay to a deactivated Actor: %v", err)
+	}
+}
+
+// §7.16: a bind with a stale authority fence is Unavailable, with no fallback to another
+// target and no binding registered.
+func TestBind_StaleAuthorityFenceIsUnavailable(t *testing.T) {
+	f := startAPI(t, 2)
+	id := f.IDOn(t, "probe", 1, "st-")
+	c := f.Connect(t, 0)
+	var out map[string]any
+	err := request(t, c, "test.bindstale", map[string]string{"actor": id, "kind": "probe"}, &out)
+	if remoteCode(err) != "unavailable" {
+		t.Fatalf("bind with a stale authority fence: %v", err)
+	}
+	if n := f.Ev.Count(id, "bound"); n != 0 {
+		t.Fatalf("the Actor registered %d bindings", n)
+	}
+	if st := f.Binder(0).Stats(); st.Bindings != 0 || st.Pending != 0 {
+		t.Fatalf("binding state after a refused bind: %+v", st)
 	}
 }
