@@ -4,10 +4,12 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,16 +44,56 @@ type proc struct {
 	admin, mesh, remote string
 	cmd                 *exec.Cmd
 	exited              chan struct{}
+	stderr              *bytes.Buffer
 }
 
+// lockedWriter serialises writes to the process's stderr buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) stderrText() string {
+	lw, ok := p.cmd.Stderr.(*lockedWriter)
+	if !ok {
+		return ""
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	s := p.stderr.String()
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return s
+}
+
+// freePort returns a port that is free now, chosen below the kernel's ephemeral range:
+// tests running in parallel packages bind port 0 and get ephemeral ports, so they can
+// never take a port a process here was given (or gets back after a restart).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		udp, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		_ = tcp.Close()
+		if err != nil {
+			continue
+		}
+		_ = udp.Close()
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 func buildBinary(t *testing.T) string {
@@ -71,7 +114,8 @@ func (p *proc) start(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stderr = io.Discard
+	p.stderr = &bytes.Buffer{}
+	p.cmd.Stderr = &lockedWriter{w: p.stderr}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +136,7 @@ func (p *proc) start(t *testing.T, bin string) {
 	select {
 	case <-ready:
 	case <-p.exited:
-		t.Fatalf("%s exited before ready", p.id)
+		t.Fatalf("%s exited before ready: %s", p.id, p.stderrText())
 	case <-time.After(wait):
 		t.Fatalf("%s not ready", p.id)
 	}
