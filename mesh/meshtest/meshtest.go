@@ -86,7 +86,7 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 	c.running = make([]bool, n)
 	t.Cleanup(c.stopAll)
 	for i := 0; i < n; i++ {
-		if err := c.startNode(i, nil); err != nil {
+		if err := c.startNode(i, "", 0, 0); err != nil {
 			t.Fatalf("meshtest: start node %d: %v", i, err)
 		}
 	}
@@ -96,14 +96,11 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 	return c
 }
 
-func (c *Cluster) startNode(i int, prev *mesh.Node) error {
-	cfg := mesh.Config{Preset: c.opts.Timing.preset(), Logger: c.opts.Logger.With("node", i)}
-	if prev != nil {
-		// A restart is the same node: same RID, same ports, a new generation.
-		cfg.RID = prev.ID().RID
-		cfg.MeshPort = portOf(prev.MeshAddr())
-		cfg.RemotePort = portOf(prev.RemoteAddr())
-	}
+// startNode starts node i; rid and the ports are zero for a first start and the
+// previous lifecycle's for a restart.
+func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
+	cfg := mesh.Config{Preset: c.opts.Timing.preset(), Logger: c.opts.Logger.With("node", i),
+		RID: rid, MeshPort: meshPort, RemotePort: remotePort}
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}
@@ -243,8 +240,15 @@ func (c *Cluster) Restart(i int) *mesh.Node {
 	if running {
 		c.Kill(i)
 	}
-	if err := c.startNode(i, prev); err != nil {
-		c.t.Fatalf("meshtest: restart node %d: %v", i, err)
+	// A restart is the same node: same RID, same ports, a new generation.
+	rid := prev.ID().RID
+	if err := c.startNode(i, rid, portOf(prev.MeshAddr()), portOf(prev.RemoteAddr())); err != nil {
+		// Another test grabbed a freed port meanwhile: restart on new ports (the mesh
+		// lets a dead node's RID come back on another address after a short while).
+		c.t.Logf("meshtest: restart node %d on its ports failed (%v); using new ports", i, err)
+		if err := c.startNode(i, rid, 0, 0); err != nil {
+			c.t.Fatalf("meshtest: restart node %d: %v", i, err)
+		}
 	}
 	return c.Node(i)
 }
