@@ -56,6 +56,7 @@ type Host struct {
 
 	turnHandlers turnHandlers
 	missing      func(from mesh.NodeID, rec *wire.Record)
+	onStop       func(t *Turn)
 }
 
 type pidKey struct {
@@ -377,6 +378,10 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.deliver(Started{})
 	case *proto.Stopping:
 		s.deliver(Stopping{})
+		if fn := s.h.stopHook(); fn != nil {
+			t := &Turn{s: s}
+			s.guard(func() { fn(t) })
+		}
 	case *Message:
 		s.deliver(m)
 	case *meshpb.Envelope:

@@ -125,3 +125,17 @@ func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
 	}
 	return true
 }
+
+// HandleStop registers fn to run in an activation's last turn, after the Actor saw
+// Stopping: layers that keep per-activation state (bindings) let their peers know.
+func (h *Host) HandleStop(fn func(t *Turn)) {
+	h.turnHandlers.mu.Lock()
+	h.onStop = fn
+	h.turnHandlers.mu.Unlock()
+}
+
+func (h *Host) stopHook() func(t *Turn) {
+	h.turnHandlers.mu.RLock()
+	defer h.turnHandlers.mu.RUnlock()
+	return h.onStop
+}

@@ -255,3 +255,22 @@ func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
 		}
 	}
 }
+
+// onActorStop runs in a stopping activation's last turn: a current binding ends with
+// the Actor, and its session owner is told (36 $zlink.unbound) so the session drops
+// the binding and fails what waits on it, instead of relaying into the void.
+func (b *Binder) onActorStop(t *actor.Turn) {
+	st, ok := t.Attachment(stateKey{}).(*actorState)
+	if !ok || st.current == nil {
+		return
+	}
+	cur := st.current
+	st.current = nil
+	rec := &wire.Record{
+		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
+		Payload: &wire.Payload{PacketName: unboundPacketName, ContentType: codec.ContentTypeRaw},
+	}
+	if err := b.node.Send(cur.owner, rec); err != nil {
+		b.log.Debug("binding: unbound notice not sent", "to", cur.owner.String(), "err", err)
+	}
+}

@@ -127,6 +127,7 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
 	actors.HandleActorRecord(wire.CmdActorSend, b.onRelay)
 	actors.HandleMissingActor(b.onMissingActor)
+	actors.HandleStop(b.onActorStop)
 	return b
 }
 

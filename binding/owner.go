@@ -200,6 +200,15 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 			return
 		}
 		_ = pkt.Reply(codecOf(b.opts.Codecs, p.ContentType), payload, session.NonBlocking())
+	case unboundPacketName:
+		// The Actor stopped: this binding ended with it.
+		s.mu.Lock()
+		if cur, ok := s.binds[actorID]; ok && cur.gen == bd.gen {
+			delete(s.binds, actorID)
+		}
+		s.mu.Unlock()
+		b.forget(bd.gen)
+		s.failRequests(bd.gen, "the bound Actor stopped")
 	case closePacketName:
 		reason, diag, err := decodeClose(p.Data)
 		if err != nil {

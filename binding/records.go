@@ -16,8 +16,9 @@ import (
 // use the STREAM control prefix, which no application packet may carry, so they can
 // never collide with a push. docs/binding.md describes the encoding.
 const (
-	replyPacketName = "$zlink.reply"
-	closePacketName = "$zlink.close"
+	replyPacketName   = "$zlink.reply"
+	closePacketName   = "$zlink.close"
+	unboundPacketName = "$zlink.unbound"
 )
 
 // Metadata key on record 24 that marks a relayed Request (its absence: a Send).

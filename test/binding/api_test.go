@@ -188,9 +188,9 @@ func TestRelay_NoResendAfterTimeout(t *testing.T) {
 	}
 }
 
-// A relayed request to a bound Actor that was deactivated gets a clear not_found
-// instead of waiting for a reply that cannot come.
-func TestRelay_ToDeactivatedActorIsNotFound(t *testing.T) {
+// A bound Actor that stops ends its binding: the session is told, drops it, and can
+// bind the next activation.
+func TestBinding_EndsWhenTheActorStops(t *testing.T) {
 	f := startAPI(t, 2)
 	id := f.IDOn(t, "probe", 1, "gone-")
 	c := f.Connect(t, 0)
@@ -204,9 +204,16 @@ func TestRelay_ToDeactivatedActorIsNotFound(t *testing.T) {
 		}
 		return true
 	})
+	// The stopping Actor told the session its binding ended: the session is no longer
+	// bound (a relay is session-not-bound) and can bind the Actor's next activation.
+	eventually(t, "binding dropped", func() bool { return f.Binder(0).Stats().Bindings == 0 })
 	var out map[string]any
-	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "not_found" {
-		t.Fatalf("relay to a deactivated Actor: %v", err)
+	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
+		t.Fatalf("relay after the bound Actor stopped: %v", err)
+	}
+	mustBind(t, c, id, "probe")
+	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
+		t.Fatalf("after rebinding the new activation: %v", err)
 	}
 }
 
