@@ -26,6 +26,7 @@ var pairs = []pair{
 	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0},
 	{"server share: raw client pipelined Sends vs raw TCP pipelined", "ServerPipelinedRawClient", "RawTCPPipelined", 0},
 	{"cross-node Actor send vs raw protoactor remote send", "ActorSendCrossNode", "RawRemoteSend", 0.70},
+	{"cross-node Actor send vs raw remote send of a record-sized message", "ActorSendCrossNode", "RawRemoteSendRecordSized", 0},
 	{"bound request/response, Actor on another node vs raw remote request", "BoundRequestCrossNode", "RawRemoteRequest", 0.50},
 	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0},
 	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0},
