@@ -267,7 +267,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	if !h.node.IsLive(to.Node) {
 		return fmt.Errorf("%w: %s is not a live member", ErrUnavailable, to.Node)
 	}
-	rec, err := actorSendRecord(to, msg)
+	rec, release, err := actorSendRecord(to, msg)
 	if err != nil {
 		return err
 	}
@@ -276,6 +276,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	if err == nil {
 		err = h.node.SendToPID(to.Node, pid, rec)
 	}
+	release()
 	if err != nil {
 		if errors.Is(err, mesh.ErrUnavailable) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -28,21 +29,38 @@ func FenceFromWire(w wire.ActorRouteFence) RouteFence {
 	}
 }
 
-// actorSendRecord builds the one-way record 24 of an Actor-to-Actor message: no
-// operation id (one-way), no bound-session tail.
-func actorSendRecord(to RouteFence, msg Message) (*wire.Record, error) {
+// sendScratch holds the record of one Actor send while it is encoded: the transport
+// copies the record into its frames, so the structs go back to a pool at once instead
+// of being three allocations per message.
+type sendScratch struct {
+	rec     wire.Record
+	body    wire.ActorSend
+	payload wire.Payload
+}
+
+var sendScratchPool = sync.Pool{New: func() any { return new(sendScratch) }}
+
+// actorSendRecord builds the one-way record 24 of an Actor-to-Actor message (no
+// operation id, no bound-session tail) in pooled scratch; release returns it.
+func actorSendRecord(to RouteFence, msg Message) (rec *wire.Record, release func(), err error) {
 	if msg.Name == "" || len(msg.Name) > 255 {
-		return nil, fmt.Errorf("actor: message name must be 1..255 bytes, got %d", len(msg.Name))
+		return nil, nil, fmt.Errorf("actor: message name must be 1..255 bytes, got %d", len(msg.Name))
 	}
 	ct := msg.ContentType
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	body := &wire.ActorSend{TargetActor: FenceToWire(to)}
+	sc := sendScratchPool.Get().(*sendScratch)
+	sc.body = wire.ActorSend{TargetActor: FenceToWire(to)}
 	if msg.From != nil {
-		body.SourceActor = wire.ActorRef{ID: msg.From.ID, Generation: msg.From.ObjectGeneration}
+		sc.body.SourceActor = wire.ActorRef{ID: msg.From.ID, Generation: msg.From.ObjectGeneration}
 	}
-	return &wire.Record{Body: body, Payload: &wire.Payload{PacketName: msg.Name, ContentType: ct, Data: msg.Data}}, nil
+	sc.payload = wire.Payload{PacketName: msg.Name, ContentType: ct, Data: msg.Data}
+	sc.rec = wire.Record{Body: &sc.body, Payload: &sc.payload}
+	return &sc.rec, func() {
+		*sc = sendScratch{}
+		sendScratchPool.Put(sc)
+	}, nil
 }
 
 // decodeActorSend reads an inbound record 24 into the target fence and the message.
