@@ -21,13 +21,29 @@ type SocketOptions struct {
 	NoDelay *bool
 	// KeepAlive is the TCP keep-alive period; 0 keeps Go's default, negative disables.
 	KeepAlive time.Duration
-	// ReadBufferSize is the per-connection receive buffer (the part of the receive pipe
-	// that lives in user space). Default 16 KiB. A frame that fits in it is waited for
-	// in full before a permit is taken.
+	// ReadBufferSize is the receive buffer a busy connection keeps between bursts (the
+	// part of the receive pipe that lives in user space). Default 16 KiB. A connection
+	// starts with 512 bytes and grows with what actually arrives; a frame larger than
+	// the buffer grows it for that frame only. Every frame is in user space, whole,
+	// before a permit is taken.
 	ReadBufferSize int
-	// MaxPendingWrite caps the bytes queued for a connection's socket; a push beyond it
-	// waits for the writer (send-side backpressure) until its context ends. Default 4 MiB.
+	// MaxPendingWrite is the soft limit of the bytes queued for a connection's socket
+	// (default 1 MiB). At it the session stops pulling packets and a push waits for
+	// the writer (send-side backpressure) until its context ends. Replies to packets
+	// already pulled may use up to twice this; a NonBlocking frame that finds the queue
+	// at twice this closes the session as a slow consumer.
 	MaxPendingWrite int
+	// MaxPendingPackets bounds the Sends and Requests a session has pulled whose
+	// callback has not started (default 16). At the bound its reader stops pulling and
+	// only that client stalls in TCP. Packets queued behind a callback that does not
+	// return within 10 ms give their host permits back, so a stalled session never
+	// holds the permits other sessions wait for.
+	MaxPendingPackets int
+	// FrameTimeout bounds the time from a frame's first byte to its last (default
+	// 10 s; negative disables): a client that trickles a frame is closed with reason
+	// IdleTimeout, like net/http's ReadHeaderTimeout. Waiting for the first byte of the
+	// next frame is idleness, bounded by the node's IdleTimeout.
+	FrameTimeout time.Duration
 	// SendTimeout bounds one socket write; expiry is a transport error. Default 10 s.
 	SendTimeout time.Duration
 	// HandshakeTimeout bounds the TLS or WebSocket handshake. Default 10 s.
@@ -43,7 +59,13 @@ func (o SocketOptions) withDefaults() SocketOptions {
 		o.ReadBufferSize = 16 << 10
 	}
 	if o.MaxPendingWrite <= 0 {
-		o.MaxPendingWrite = 4 << 20
+		o.MaxPendingWrite = 1 << 20
+	}
+	if o.MaxPendingPackets <= 0 {
+		o.MaxPendingPackets = 16
+	}
+	if o.FrameTimeout == 0 {
+		o.FrameTimeout = 10 * time.Second
 	}
 	if o.SendTimeout <= 0 {
 		o.SendTimeout = 10 * time.Second

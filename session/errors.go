@@ -55,9 +55,9 @@ var (
 	ErrSessionClosed = errors.New("stream session closed")
 	// ErrNotRequest is returned when a packet that is not a Request is replied to.
 	ErrNotRequest = errors.New("packet is not a request")
-	// ErrWriteQueueFull is returned by a NonBlocking send when the connection's write
-	// queue is full.
-	ErrWriteQueueFull = errors.New("stream session write queue full")
+	// ErrSlowConsumer is returned by a NonBlocking send to a session whose outbound
+	// queue reached its hard limit; the session is closed with it (a transport error).
+	ErrSlowConsumer = errors.New("stream session is a slow consumer: its outbound queue is full")
 	// ErrAlreadyReplied is returned by a second reply to the same request.
 	ErrAlreadyReplied = errors.New("request already replied")
 	// ErrMessageTooLarge marks an inbound message over MaxMessageSize (EMSGSIZE).

@@ -11,12 +11,14 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -34,6 +36,22 @@ type HostOptions struct {
 	MeterProvider metric.MeterProvider
 	// Logger receives monitoring records. nil: slog.Default().
 	Logger *slog.Logger
+	// MaxConnections bounds the sockets the host's listeners hold at once (sessions and
+	// handshakes in progress). A connection past it is refused cleanly: a tcp:// client
+	// gets session-closing ServerDrain, a ws:// client an HTTP 503, then the socket
+	// closes; nothing else is affected. 0 means the default, the process's open-files
+	// limit less a reserve (a tenth of it, at least 256) for the mesh, the admin
+	// endpoint and files, so the process never runs out of descriptors because of
+	// clients. Negative means no limit.
+	MaxConnections int
+	// StallTimeout is how long the packets a session pulled may wait behind a callback
+	// that does not return before they give their host permits back (default 10 ms).
+	// Without it a session whose callback blocks (say, writing to a client that does
+	// not read) holds up to MaxPendingPackets permits until it moves, and enough such
+	// sessions pause the whole host. Negative: never give permits back early, the
+	// strict accounting of zlink digest §9.3 (a permit returns only at its callback's
+	// start).
+	StallTimeout time.Duration
 }
 
 // Host is one process's STREAM runtime: its stream nodes, the host-wide permit pool
@@ -58,6 +76,12 @@ type Host struct {
 	conns    map[*conn]struct{}
 	connWG   sync.WaitGroup // one per live connection, done after its teardown
 	acceptWG sync.WaitGroup // accept loops and ws servers
+
+	stallTimeout time.Duration // 0: permits are never given back early
+	sockets      atomic.Int64  // accepted sockets not yet closed
+	refusers     atomic.Int64  // WebSocket refusals in progress
+	maxConns     int64         // 0: no limit
+	ratelog      ratelog.Limiter
 
 	baseCtx      context.Context
 	cancelBase   context.CancelFunc
@@ -163,6 +187,20 @@ func (h *Host) Start(ctx context.Context) error {
 		tlsConfigs[i] = cfg
 	}
 	h.permits = newPermitPool(limit)
+	h.stallTimeout = h.opts.StallTimeout
+	switch {
+	case h.stallTimeout == 0:
+		h.stallTimeout = DefaultStallTimeout
+	case h.stallTimeout < 0:
+		h.stallTimeout = 0
+	}
+	h.maxConns = int64(h.opts.MaxConnections)
+	switch {
+	case h.maxConns == 0:
+		h.maxConns = int64(DefaultMaxConnections())
+	case h.maxConns < 0:
+		h.maxConns = 0
+	}
 	h.dispatch = newWorkerDispatcher(300)
 	if h.opts.ActorSystem != nil {
 		h.system = h.opts.ActorSystem
@@ -242,6 +280,12 @@ func (h *Host) Nodes() []*StreamNode {
 	defer h.mu.Unlock()
 	return append([]*StreamNode(nil), h.nodes...)
 }
+
+// MaxConnections returns the connection limit in force (0: none). Valid after Start.
+func (h *Host) MaxConnections() int { return int(h.maxConns) }
+
+// Connections returns the sockets the host's listeners hold now.
+func (h *Host) Connections() int { return int(h.sockets.Load()) }
 
 func (h *Host) routingID() RoutingID {
 	for {

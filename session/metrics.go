@@ -28,8 +28,14 @@ type metrics struct {
 	sockErr  metric.Int64Counter
 	protoErr metric.Int64Counter
 	droppedC metric.Int64Counter
+	frameTO  metric.Int64Counter
+	slowC    metric.Int64Counter
+	refusedC metric.Int64Counter
 
 	packetsIn, packetsOut, bytesIn, bytesOut atomic.Int64
+	stalledPermits                           atomic.Int64 // permits given back by stalled sessions
+	pausedNow                                [pauseReasons]atomic.Int64
+	pausedTotal                              [pauseReasons]atomic.Int64
 
 	transportAttrs sync.Map // transport -> metric.MeasurementOption
 	regs           []metric.Registration
@@ -70,6 +76,33 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 	}
 	if m.droppedC, err = mm.Int64Counter("meshnode.stream.packets.dropped", metric.WithUnit("{packet}"),
 		metric.WithDescription("Inbound frames dropped without closing the connection, by reason.")); err != nil {
+		return nil, err
+	}
+	if m.frameTO, err = mm.Int64Counter("meshnode.stream.frame_timeouts", metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections closed because a frame begun was not completed within the frame timeout.")); err != nil {
+		return nil, err
+	}
+	if m.slowC, err = mm.Int64Counter("meshnode.stream.slow_consumers", metric.WithUnit("{connection}"),
+		metric.WithDescription("Sessions closed because their client did not read and their outbound queue reached its hard limit.")); err != nil {
+		return nil, err
+	}
+	if m.refusedC, err = mm.Int64Counter("meshnode.stream.connections.refused", metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections refused at accept because the host's connection limit was reached.")); err != nil {
+		return nil, err
+	}
+	pausedNow, err := mm.Int64ObservableGauge("meshnode.stream.ingress.paused_sessions", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions whose reader does not pull now because the session is at an ingress bound, by reason."))
+	if err != nil {
+		return nil, err
+	}
+	pausedTotal, err := mm.Int64ObservableCounter("meshnode.stream.ingress.pauses", metric.WithUnit("{pause}"),
+		metric.WithDescription("Times a session's reader stopped pulling at an ingress bound, by reason."))
+	if err != nil {
+		return nil, err
+	}
+	stalled, err := mm.Int64ObservableCounter("meshnode.stream.ingress.stalled_permits", metric.WithUnit("{job}"),
+		metric.WithDescription("Host permits given back early by sessions whose callback did not move for 10 ms."))
+	if err != nil {
 		return nil, err
 	}
 	packets, err := mm.Int64ObservableCounter("meshnode.stream.packets", metric.WithUnit("{packet}"),
@@ -128,8 +161,14 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		o.ObserveInt64(packets, m.packetsOut.Load(), out)
 		o.ObserveInt64(bytes, m.bytesIn.Load(), in)
 		o.ObserveInt64(bytes, m.bytesOut.Load(), out)
+		for r := range pauseReasons {
+			reason := metric.WithAttributes(attribute.String("reason", pauseReasonLabels[r]))
+			o.ObserveInt64(pausedNow, m.pausedNow[r].Load(), reason)
+			o.ObserveInt64(pausedTotal, m.pausedTotal[r].Load(), reason)
+		}
+		o.ObserveInt64(stalled, m.stalledPermits.Load())
 		return nil
-	}, packets, bytes)
+	}, packets, bytes, pausedNow, pausedTotal, stalled)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +237,18 @@ func (m *metrics) handshakeFailure(t string) {
 }
 func (m *metrics) socketError(t string)   { m.sockErr.Add(context.Background(), 1, m.transport(t)) }
 func (m *metrics) protocolError(t string) { m.protoErr.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) frameTimeout(t string)  { m.frameTO.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) slowConsumer(t string)  { m.slowC.Add(context.Background(), 1, m.transport(t)) }
+func (m *metrics) refused(t string)       { m.refusedC.Add(context.Background(), 1, m.transport(t)) }
+
+// paused counts a reader stopping (+1) or resuming (-1) at an ingress bound.
+func (m *metrics) paused(reason int, delta int64) {
+	m.pausedNow[reason].Add(delta)
+	if delta > 0 {
+		m.pausedTotal[reason].Add(1)
+	}
+}
+
 func (m *metrics) dropped(t, reason string) {
 	m.droppedC.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String("transport", t), attribute.String("reason", reason)))

@@ -138,13 +138,18 @@ func (n *StreamNode) acceptLoop(l *listener) {
 			continue
 		}
 		delay = 0
+		counted := n.host.admitSocket(nc)
+		if counted == nil {
+			n.refuse(nc, l.ep.scheme)
+			continue
+		}
 		n.tuneTCP(nc)
 		if l.ep.scheme == "tls" {
 			n.host.acceptWG.Add(1)
-			go n.handshakeTLS(l, nc)
+			go n.handshakeTLS(l, counted)
 			continue
 		}
-		n.startConn(nc, l.ep.scheme, nil)
+		n.startConn(counted, nil, l.ep.scheme, nil)
 	}
 }
 
@@ -177,7 +182,7 @@ func (n *StreamNode) handshakeTLS(l *listener, raw net.Conn) {
 		_ = raw.Close()
 		return
 	}
-	n.startConn(tc, "tls", nil)
+	n.startConn(tc, nil, "tls", nil)
 }
 
 // newWebSocketServer returns the HTTP server of one ws:// or wss:// listener: its
@@ -202,15 +207,23 @@ func (n *StreamNode) newWebSocketServer(l *listener) *http.Server {
 		}
 		// The byte stream lives as long as the session, not the HTTP request.
 		nc := websocket.NetConn(n.host.baseCtx, wc, websocket.MessageBinary)
+		raw, _ := r.Context().Value(rawConnKey{}).(net.Conn)
 		done := make(chan struct{})
-		if c := n.startConn(nc, transport, done); c == nil {
+		if c := n.startConn(nc, &wsTransport{conn: wc, raw: raw}, transport, done); c == nil {
 			return
 		}
 		<-done
 	})
 	srv := &http.Server{
-		Handler:           mux,
+		Handler: mux,
+		// The session needs the socket under the WebSocket to bound its close handshake.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, rawConnKey{}, c)
+		},
+		// The upgrade request must arrive within the handshake timeout, and a
+		// connection that never upgrades is not kept alive past it either.
 		ReadHeaderTimeout: n.socket.HandshakeTimeout,
+		IdleTimeout:       n.socket.HandshakeTimeout,
 		// net/http reports TLS handshake failures only through its error log: count
 		// them as handshake failures (monitoring only, seed §7) instead of printing.
 		ErrorLog: log.New(httpErrorLog{n: n, transport: transport}, "", 0),
@@ -219,6 +232,17 @@ func (n *StreamNode) newWebSocketServer(l *listener) *http.Server {
 		srv.TLSConfig = n.tlsConfig
 	}
 	return srv
+}
+
+// rawConnKey keys the accepted socket in a WebSocket request's context.
+type rawConnKey struct{}
+
+// wsTransport is what a WebSocket session keeps of its transport beyond the byte
+// stream: the WebSocket connection (for the close handshake) and the socket under it
+// (to end a handshake the client does not answer).
+type wsTransport struct {
+	conn *websocket.Conn
+	raw  net.Conn
 }
 
 type httpErrorLog struct {
@@ -241,10 +265,11 @@ func (w httpErrorLog) Write(p []byte) (int, error) {
 func (n *StreamNode) serveWebSocket(l *listener) {
 	defer n.host.acceptWG.Done()
 	var err error
+	limited := limitListener{Listener: l.ln, n: n, transport: l.ep.scheme}
 	if l.ep.scheme == "wss" {
-		err = l.http.Serve(tls.NewListener(l.ln, n.tlsConfig))
+		err = l.http.Serve(tls.NewListener(limited, n.tlsConfig))
 	} else {
-		err = l.http.Serve(l.ln)
+		err = l.http.Serve(limited)
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		n.host.log.Warn("stream WebSocket listener stopped", "node", n.cfg.name, "endpoint", l.advertise, "err", err)

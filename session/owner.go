@@ -33,9 +33,9 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *Packet:
 		// The permit returns at the callback's start (digest §9.3 step 5).
-		a.c.host.permits.queued.Add(-1)
-		a.c.host.permits.release()
+		a.c.turnStarted()
 		a.dispatch(m)
+		a.c.turnFinished()
 	case *actor.Started:
 		if h, ok := a.sess.(ConnectHandler); ok {
 			a.guard("connect", func() { h.OnConnect(a.c.ctx, a.c.peer) })
@@ -94,6 +94,13 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 		}
 	}()
 	if err := a.sess.OnPacket(a.c.ctx, pkt); err != nil {
+		if errors.Is(err, ErrSessionClosed) {
+			// The session closed under the callback (its reply or push could not go
+			// out): counted, and logged once per session when it ends, not per packet.
+			a.c.droppedAtClose.Add(1)
+			a.c.host.metrics.dropped(a.c.transport, "session_closed")
+			return
+		}
 		a.c.host.log.Warn("stream session packet callback failed",
 			"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "kind", pkt.Kind, "err", err)
 		a.failRequest(pkt, err)

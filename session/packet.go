@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -51,7 +50,7 @@ func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
 		return err
 	}
 	h := wire.Header{Kind: wire.KindResponse, Codec: c, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
-	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts, true)
+	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts, writeReply)
 }
 
 // ReplyError sends an Error reply {"code","message"} (JSON, digest §2.11).
@@ -60,7 +59,7 @@ func (p *Packet) ReplyError(code, message string, opts ...SendOption) error {
 		return err
 	}
 	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
-	return p.Peer.c.send(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), opts, true)
+	return p.Peer.c.send(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), opts, writeReply)
 }
 
 // ReplyValue marshals v with the request's codec and replies with it.
@@ -93,17 +92,12 @@ type sendOptions struct {
 }
 
 // NonBlocking queues the frame for the connection's writer and never waits: not for
-// the socket, not for queue space. A full write queue fails at once with
-// ErrWriteQueueFull. For callers that must not stall, such as a node's record
-// receiver serving every session.
+// the socket, not for queue space. It may use the room between the outbound queue's
+// soft limit (MaxPendingWrite) and its hard limit (twice that); a client whose queue
+// reached the hard limit is a slow consumer: its session is closed (a transport error,
+// ErrSlowConsumer) rather than frames being dropped silently. For callers that must
+// not stall, such as a node's record receiver serving every session.
 func NonBlocking() SendOption { return func(o *sendOptions) { o.nonBlocking = true } }
-
-// expired is a context that is already done: waiting on it returns at once.
-var expired = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
 
 // WithMetadata attaches a metadata block to the frame.
 func WithMetadata(md wire.Metadata) SendOption {
@@ -113,7 +107,7 @@ func WithMetadata(md wire.Metadata) SendOption {
 // Compressed sends the payload in the LZ4 container (flag 0x04).
 func Compressed() SendOption { return func(o *sendOptions) { o.compress = true } }
 
-func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []SendOption, direct bool) error {
+func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []SendOption, mode writeMode) error {
 	if len(opts) > 0 {
 		var o sendOptions
 		for _, fn := range opts {
@@ -125,16 +119,10 @@ func (c *conn) send(ctx context.Context, h *wire.Header, payload []byte, opts []
 			h.Compressed = true
 		}
 		if o.nonBlocking {
-			if err := c.enqueue(expired, h, payload, false); err != nil {
-				if errors.Is(err, context.Canceled) {
-					return ErrWriteQueueFull
-				}
-				return err
-			}
-			return nil
+			mode = writeNoWait
 		}
 	}
-	return c.enqueue(ctx, h, payload, direct)
+	return c.enqueue(ctx, h, payload, mode)
 }
 
 // Peer is the server's handle on one connection. Its methods are safe from any
@@ -160,11 +148,11 @@ func (p *Peer) Codecs() *codec.Registry { return p.c.host.codecs }
 func (p *Peer) Done() <-chan struct{} { return p.c.closing }
 
 // Send pushes a Send frame to the client. It returns ErrSessionClosed once the
-// connection is closing, and waits (bounded by ctx) while the connection's write queue
-// is full.
+// connection is closing, and waits (bounded by ctx) while the connection's outbound
+// queue is at its soft limit (MaxPendingWrite).
 func (p *Peer) Send(ctx context.Context, name string, c wire.Codec, payload []byte, opts ...SendOption) error {
 	h := wire.Header{Kind: wire.KindSend, Codec: c, Name: name}
-	return p.c.send(ctx, &h, payload, opts, false)
+	return p.c.send(ctx, &h, payload, opts, writePush)
 }
 
 // SendValue marshals v with codec c and pushes it as a Send frame.
@@ -204,6 +192,20 @@ func (p *Peer) Submit(fn func(ctx context.Context)) error {
 // stays open for outbound frames (a session that is being replaced): a Request gets an
 // Error reply with code shutting_down, a Send is dropped.
 func (p *Peer) RejectInbound() { p.c.rejectInbound.Store(true) }
+
+// SetIngressGate installs a bound that a layer above the session keeps (bindings: relays
+// awaiting replies, a full peer node). Before the session pulls each Send or Request,
+// gate is called: nil lets it pull; a channel makes the session stop pulling (no permit
+// is held, the client stalls in TCP) until the channel is closed, and then gate is
+// asked again. gate runs on the read loop: it must be quick and must not block. nil
+// removes the gate.
+func (p *Peer) SetIngressGate(gate func() <-chan struct{}) {
+	if gate == nil {
+		p.c.gate.Store(nil)
+		return
+	}
+	p.c.gate.Store(&gate)
+}
 
 // AfterDisconnect registers fn to run in the session's last turn, after the disconnect
 // callback. Components layered on sessions (bindings) clean up here.

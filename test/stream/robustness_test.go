@@ -62,7 +62,9 @@ func TestBackpressure_SlowLargeFrameDoesNotHoldPermit(t *testing.T) {
 
 // IdleTimeout is about the client being silent ("no frame arrived from its client for
 // d", builder.go). A client whose frames wait unread because the server holds no free
-// permit is not idle and must not be closed with IdleTimeout.
+// permit is not idle and must not be closed with IdleTimeout. (Strict permit
+// accounting, StallTimeout < 0, so that the blocked session's queued packet keeps the
+// only permit and the client's pings really wait for it.)
 func TestIdleTimeout_NotWhileServerIsBackpressured(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	rec := newRecorder()
@@ -76,7 +78,7 @@ func TestIdleTimeout_NotWhileServerIsBackpressured(t *testing.T) {
 		}
 		return echo(ctx, p)
 	}
-	th := startHost(t, rec, session.HostOptions{MaxQueuedApplicationJobs: 1}, func(b *session.NodeBuilder) {
+	th := startHost(t, rec, session.HostOptions{MaxQueuedApplicationJobs: 1, StallTimeout: -1}, func(b *session.NodeBuilder) {
 		b.Bind("tcp://127.0.0.1:0").IdleTimeout(idle)
 	})
 	defer func() {

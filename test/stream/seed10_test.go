@@ -208,7 +208,10 @@ func TestSeed10_CallbacksUnchangedOnPullPath_TransportErrorCallback(t *testing.T
 // Seed §10 "While the session callback can't consume the managed queue, a client that
 // keeps sending stalls at the Core receive pipe HWM on the client side. Once the queue
 // drains, packets reach the callback in order exactly once each." Also §4: the permit
-// pool is host-wide, so a second connection is paused as well.
+// pool is host-wide, so a second connection is paused as well. The host runs with the
+// strict permit accounting of digest §9.3 (StallTimeout < 0: queued packets keep their
+// permits while the callback blocks); the default, under which a stalled session gives
+// its permits back, is TestBounds_StalledSessionHoldsNoPermits.
 func TestSeed10_BackpressureStallsClientThenDeliversInOrderExactlyOnce(t *testing.T) {
 	const (
 		limit     = 2
@@ -227,7 +230,7 @@ func TestSeed10_BackpressureStallsClientThenDeliversInOrderExactlyOnce(t *testin
 		}
 		return nil
 	}
-	th := startHost(t, rec, session.HostOptions{MaxQueuedApplicationJobs: limit}, nil)
+	th := startHost(t, rec, session.HostOptions{MaxQueuedApplicationJobs: limit, StallTimeout: -1}, nil)
 	if got := th.metric(t, mJobLimit); got != limit {
 		t.Errorf("%s = %d, want %d", mJobLimit, got, limit)
 	}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package session
+
+func openFilesLimit() int { return 0 }

@@ -1,0 +1,515 @@
+package session
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/meshnode/meshnode/session/compress"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// readLoop is the framework-owned receive loop (seed §4): it waits for bytes without a
+// permit, waits while the session is at one of its ingress bounds, takes a host-wide
+// permit, and only then pulls one frame. While it does not pull, nothing more is read:
+// the kernel buffers fill and the client stalls in TCP.
+//
+// When the session owner is idle, the read loop's goroutine runs the turn itself (see
+// sessionDispatcher), which saves a goroutine hand-off per packet. A turn that outlasts
+// rescueAfter gets a fresh read loop goroutine, so heartbeats are still answered and
+// the next packets still pulled while a callback blocks; the old goroutine then ends
+// with its turn.
+func (c *conn) readLoop() {
+	if handedOff := c.readFrames(); !handedOff {
+		close(c.readerDone)
+	}
+}
+
+// Reader turn state: one atomic word, reader epoch << 1 | in-turn bit. The epoch tells
+// a rescued goroutine that another one owns the connection's reading now.
+const turnBit = 1
+
+// rescueAfter is how long a session turn may hold the read loop before another
+// goroutine takes over reading.
+const rescueAfter = 10 * time.Millisecond
+
+// DefaultStallTimeout is how long a session's pulled packets may wait with none of them
+// starting before they give their host permits back (see releaseStalled).
+const DefaultStallTimeout = 10 * time.Millisecond
+
+// pulledGrace bounds how long a close for a bad frame waits for the packets pulled
+// before it to run, so that their replies go out before the close.
+const pulledGrace = 2 * time.Second
+
+// rescueReader runs on the rescue timer: if a turn is still holding the read loop, it
+// moves reading to a new goroutine.
+func (c *conn) rescueReader() {
+	w := c.turn.Load()
+	if w&turnBit == 0 {
+		return
+	}
+	if c.turn.CompareAndSwap(w, (w>>1+1)<<1) {
+		go c.readLoop()
+	}
+}
+
+// deliver hands a packet, with its permit, to the session owner. When nothing more is
+// buffered (the request/response case) the turn may run on this goroutine; when more
+// frames are already waiting (pipelining) the turn goes to a worker so reading and
+// processing overlap. It reports false when a rescue reader took over while the turn
+// ran on this goroutine.
+func (c *conn) deliver(pkt *Packet) bool {
+	c.host.permits.queued.Add(1)
+	c.busy.Add(1)
+	c.pending.Add(1)
+	if c.pendingPermits.Add(1) == 1 && c.host.stallTimeout > 0 {
+		c.armStall()
+	}
+	if c.rb.buffered() > 0 {
+		c.host.system.Root.Send(c.pid, pkt)
+		return true
+	}
+	w := c.turn.Load() | turnBit
+	c.turn.Store(w)
+	c.rescue.Reset(rescueAfter)
+	c.inline.Store(true)
+	c.host.system.Root.Send(c.pid, pkt)
+	c.inline.Store(false)
+	if !c.turn.CompareAndSwap(w, w&^turnBit) {
+		return false
+	}
+	c.rescue.Stop()
+	return true
+}
+
+// turnStarted runs at the first instruction of a packet turn: the packet's permit, if
+// it still holds one, goes back to the host (digest §9.3 step 5).
+func (c *conn) turnStarted() {
+	c.started.Add(1)
+	left := c.pending.Add(-1)
+	for {
+		n := c.pendingPermits.Load()
+		if n <= 0 {
+			break
+		}
+		if c.pendingPermits.CompareAndSwap(n, n-1) {
+			c.host.permits.queued.Add(-1)
+			c.host.permits.release()
+			break
+		}
+	}
+	// A reader held at the backlog bound resumes at half of it, so a pipelining
+	// client's reader wakes once per few packets, not once per packet.
+	if left <= int64(c.node.socket.MaxPendingPackets/2) {
+		c.progress.Notify()
+	}
+}
+
+// turnFinished runs when a packet turn returned.
+func (c *conn) turnFinished() {
+	if c.busy.Add(-1) == 0 {
+		c.progress.Notify()
+	}
+}
+
+func (c *conn) armStall() {
+	if !c.stallArmed.CompareAndSwap(false, true) {
+		return
+	}
+	c.stallMark.Store(c.started.Load())
+	if c.stallTimer == nil {
+		c.stallTimer = time.AfterFunc(c.host.stallTimeout, c.checkStall)
+		return
+	}
+	c.stallTimer.Reset(c.host.stallTimeout)
+}
+
+// checkStall runs the stall timeout after a packet was queued behind a turn: if no turn started
+// since, the session is stalled (its callback blocks, typically writing to a client that
+// does not read) and its queued packets give their permits back.
+func (c *conn) checkStall() {
+	mark := c.stallMark.Load()
+	c.stallArmed.Store(false)
+	if c.pendingPermits.Load() <= 0 {
+		return
+	}
+	if c.started.Load() != mark {
+		c.armStall()
+		return
+	}
+	c.releaseStalled()
+}
+
+// releaseStalled returns the host permits of a stalled session's queued packets. The
+// packets stay queued, in order, and run when the session moves again; the session's
+// ingress bound (MaxPendingPackets) keeps their number small. A permit exists to pace
+// the host's ingress, and a session that cannot move must not hold the permits that
+// every other session waits for (digest §9.6: one busy connection does not block others).
+func (c *conn) releaseStalled() {
+	n := c.pendingPermits.Swap(0)
+	if n <= 0 {
+		return
+	}
+	for range n {
+		c.host.permits.queued.Add(-1)
+		c.host.permits.release()
+	}
+	c.host.metrics.stalledPermits.Add(n)
+}
+
+// Reasons a reader stops pulling.
+const (
+	pauseBacklog    = iota // MaxPendingPackets pulled packets wait for their callback
+	pauseWriteQueue        // the outbound queue is over its soft limit
+	pauseGate              // a layer above (bindings) holds the session: relays in flight, a full peer
+	pauseReasons
+)
+
+var pauseReasonLabels = [pauseReasons]string{"backlog", "write_queue", "relay"}
+
+// ingressBlocked returns nil when the session may pull its next packet, or a channel
+// that is closed when the bound that holds it may have moved.
+func (c *conn) ingressBlocked() (<-chan struct{}, int) {
+	maxPending := int64(c.node.socket.MaxPendingPackets)
+	if c.pending.Load() >= maxPending {
+		ch := c.progress.Wait()
+		if c.pending.Load() >= maxPending {
+			return ch, pauseBacklog
+		}
+	}
+	if soft := int64(c.node.socket.MaxPendingWrite); c.wqueued.Load() >= soft {
+		ch := c.drained.Wait()
+		if c.wqueued.Load() >= soft {
+			return ch, pauseWriteQueue
+		}
+	}
+	if g := c.gate.Load(); g != nil {
+		if ch := (*g)(); ch != nil {
+			return ch, pauseGate
+		}
+	}
+	return nil, 0
+}
+
+// waitIngress waits while the session is at one of its ingress bounds. It reports false
+// when the connection closed meanwhile. While it waits the idle clock stands still: the
+// client waits on the server, it is not idle.
+func (c *conn) waitIngress() bool {
+	ch, why := c.ingressBlocked()
+	if ch == nil {
+		return true
+	}
+	c.waiting.Store(true)
+	c.host.metrics.paused(why, 1)
+	defer func() {
+		c.host.metrics.paused(why, -1)
+		c.lastInbound.Store(time.Now().UnixNano())
+		c.waiting.Store(false)
+	}()
+	for ch != nil {
+		select {
+		case <-ch:
+		case <-c.closing:
+			return false
+		}
+		ch, _ = c.ingressBlocked()
+	}
+	return true
+}
+
+// acquirePermit waits for a host-wide permit. While it waits, the idle clock stands
+// still: the client is waiting on us, not idle.
+func (c *conn) acquirePermit() bool {
+	if c.node.cfg.idleTimeout <= 0 {
+		return c.host.permits.acquire(c.ctx, c.closing)
+	}
+	c.waiting.Store(true)
+	ok := c.host.permits.acquire(c.ctx, c.closing)
+	c.lastInbound.Store(time.Now().UnixNano())
+	c.waiting.Store(false)
+	return ok
+}
+
+// readFrames reads until the connection closes (false) or another goroutine took over
+// reading (true).
+func (c *conn) readFrames() (handedOff bool) {
+	rb := &c.rb
+	maxMsg := c.node.maxMsg
+	for {
+		// Waiting for the first byte of a frame is idleness, bounded by the idle timeout;
+		// once a frame has begun it must be complete within the frame timeout.
+		if err := rb.fill(1); err != nil {
+			c.readFailed(err)
+			return false
+		}
+		timed := false
+		if rb.buffered() < wire.PrefixSize {
+			c.armFrameTimer()
+			timed = true
+		}
+		if err := rb.fill(wire.PrefixSize); err != nil {
+			c.readFailed(err)
+			return false
+		}
+		hl, pl := wire.ParsePrefix(rb.peek(wire.PrefixSize))
+		total := hl + pl
+		if maxMsg > 0 && total > maxMsg {
+			c.stopFrameTimer()
+			c.messageTooLarge(total, maxMsg)
+			return false
+		}
+		// The whole frame is taken into user space before a permit is asked for, so a
+		// permit is never held while a slow client trickles bytes (one busy connection
+		// must not block the others). The buffer grows with what arrives.
+		frameLen := wire.PrefixSize + total
+		if rb.buffered() < frameLen {
+			if !timed {
+				c.armFrameTimer()
+				timed = true
+			}
+			if err := rb.fill(frameLen); err != nil {
+				c.readFailed(err)
+				return false
+			}
+		}
+		if timed && !c.stopFrameTimer() {
+			return false // the frame timeout fired: the connection is closing
+		}
+		if c.node.cfg.idleTimeout > 0 {
+			// Bytes arrived: the client is not idle, however long the permit takes.
+			c.lastInbound.Store(time.Now().UnixNano())
+		}
+		if isApplication(rb.peek(frameLen), hl) && !c.waitIngress() {
+			return false
+		}
+		if c.isClosing() || !c.acquirePermit() {
+			return false
+		}
+		body := make([]byte, total)
+		copy(body, rb.peek(frameLen)[wire.PrefixSize:])
+		rb.consume(frameLen)
+		c.host.metrics.packetIn(frameLen)
+		switch c.admit(hl, body) {
+		case admitClosed:
+			return false
+		case admitHandedOff:
+			return true
+		}
+	}
+}
+
+// isApplication reports whether a buffered frame is a Send or a Request (the kind byte
+// follows the marker); anything else is handled inline and is not held by the
+// session's ingress bounds.
+func isApplication(frame []byte, hl int) bool {
+	if hl < 2 {
+		return false
+	}
+	k := wire.Kind(frame[wire.PrefixSize+1])
+	return k == wire.KindSend || k == wire.KindRequest
+}
+
+func (c *conn) armFrameTimer() {
+	d := c.node.socket.FrameTimeout
+	if d <= 0 {
+		return
+	}
+	c.frameArmed.Store(true)
+	if c.frameTimer == nil {
+		c.frameTimer = time.AfterFunc(d, c.frameExpired)
+		return
+	}
+	c.frameTimer.Reset(d)
+}
+
+// stopFrameTimer disarms the frame timer; false when it fired first.
+func (c *conn) stopFrameTimer() bool {
+	if c.node.socket.FrameTimeout <= 0 {
+		return true
+	}
+	if !c.frameArmed.CompareAndSwap(true, false) {
+		return false
+	}
+	c.frameTimer.Stop()
+	return true
+}
+
+// frameExpired closes a connection whose frame began and did not complete within the
+// frame timeout (a client trickling bytes holds a socket and a buffer, like a slow HTTP
+// header that net/http's ReadHeaderTimeout cuts).
+func (c *conn) frameExpired() {
+	if !c.frameArmed.CompareAndSwap(true, false) {
+		return
+	}
+	c.host.metrics.frameTimeout(c.transport)
+	c.host.ratelog.Log(c.host.log, slog.LevelWarn, "frame_timeout", "stream frame not completed in time, closing",
+		"node", c.node.cfg.name, "routing_id", uint32(c.rid), "transport", c.transport, "timeout", c.node.socket.FrameTimeout)
+	c.close(closeCause{reason: wire.CloseIdleTimeout, notify: true, diag: "frame not completed within the frame timeout"})
+}
+
+// messageTooLarge handles a prefix that announces more than MaxMessageSize: EMSGSIZE is
+// logged and counted, the packets pulled before it run (so their replies go out), and
+// the connection closes without any frame of its own (seed §9: the client observes only
+// the close).
+func (c *conn) messageTooLarge(size, limit int) {
+	c.host.metrics.messageTooLarge(c.transport)
+	c.host.ratelog.Log(c.host.log, slog.LevelWarn, "emsgsize", "EMSGSIZE: inbound message over MaxMessageSize, closing",
+		"node", c.node.cfg.name, "routing_id", uint32(c.rid), "size", size, "max", limit)
+	c.closeAfterPulled(closeCause{reason: wire.CloseProtocolError, flush: true, err: ErrMessageTooLarge})
+}
+
+// closeAfterPulled closes the connection for a fault of the byte stream (a frame that
+// is too large or does not decode) once the packets pulled before it have run, so that
+// their replies go out before the close instead of being lost (bounded by
+// pulledGrace: a callback that blocks does not hold the close).
+func (c *conn) closeAfterPulled(cause closeCause) {
+	deadline := time.NewTimer(pulledGrace)
+	defer deadline.Stop()
+	for c.busy.Load() > 0 {
+		ch := c.progress.Wait()
+		if c.busy.Load() == 0 {
+			break
+		}
+		select {
+		case <-ch:
+		case <-c.closing:
+			return
+		case <-deadline.C:
+			c.close(cause)
+			return
+		}
+	}
+	c.close(cause)
+}
+
+type admitResult uint8
+
+const (
+	admitNext      admitResult = iota // go on reading
+	admitClosed                       // the connection is closing
+	admitHandedOff                    // a rescue reader owns reading now
+)
+
+// readFailed classifies a read error. Errors after the connection started closing are
+// the read being cancelled by the teardown and mean nothing.
+func (c *conn) readFailed(err error) {
+	if c.isClosing() {
+		return
+	}
+	if isClientClose(err) {
+		c.close(closeCause{reason: wire.CloseClientClose})
+		return
+	}
+	c.transportError(err)
+}
+
+// isClientClose reports whether a read error is the client ending the connection: EOF,
+// or a WebSocket close frame with 1000 (normal), 1001 (going away) or no status at all
+// (1005, what browsers and the zlink TypeScript connector send).
+func isClientClose(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return true
+	}
+	return false
+}
+
+// transportError reports a transport error of this session to its error callback and
+// closes it (seed §7).
+func (c *conn) transportError(err error) {
+	if c.close(closeCause{reason: wire.CloseTransportError, err: err}) {
+		c.host.system.Root.Send(c.pid, &transportFault{err: err})
+	}
+}
+
+// admit decodes the pulled frame and passes it, with its permit, to the session owner.
+func (c *conn) admit(hl int, body []byte) admitResult {
+	h, err := wire.DecodeHeader(body[:hl])
+	if err != nil {
+		c.host.permits.release()
+		c.protocolError(err)
+		return admitClosed
+	}
+	payload := body[hl:]
+	switch h.Kind {
+	case wire.KindControl:
+		c.handleControl(&h)
+		c.host.permits.release()
+		return admitNext
+	case wire.KindResponse, wire.KindError:
+		// The server sends no requests, so a client reply has nothing to complete.
+		c.host.permits.release()
+		c.host.metrics.dropped(c.transport, "unexpected_reply")
+		return admitNext
+	}
+	if h.Compressed {
+		limit := c.node.maxMsg
+		if limit <= 0 {
+			limit = maxUncappedDecompressed
+		}
+		plain, err := compress.DecodeLZ4(payload, limit)
+		if err != nil {
+			c.host.permits.release()
+			c.decompressFailed(&h, err)
+			return admitNext
+		}
+		payload = plain
+		h.Compressed = false
+	}
+	pkt := &Packet{
+		Kind:          h.Kind,
+		Name:          h.Name,
+		Metadata:      h.Metadata,
+		RequestSeq:    h.RequestSeq,
+		CorrelationID: h.CorrelationID,
+		FlowID:        h.FlowID,
+		FlowOrigin:    h.FlowOrigin,
+		Codec:         h.Codec,
+		Payload:       payload,
+		Peer:          c.peer,
+	}
+	if !c.deliver(pkt) {
+		return admitHandedOff
+	}
+	return admitNext
+}
+
+// maxUncappedDecompressed bounds a decompressed payload when MaxMessageSize is 0, so a
+// small container cannot claim an unbounded allocation.
+const maxUncappedDecompressed = 64 << 20
+
+func (c *conn) protocolError(err error) {
+	c.host.metrics.protocolError(c.transport)
+	c.host.log.Debug("stream protocol error, closing", "node", c.node.cfg.name, "routing_id", uint32(c.rid), "err", err)
+	c.closeAfterPulled(closeCause{reason: wire.CloseProtocolError, notify: true, diag: err.Error(), err: err})
+}
+
+// decompressFailed handles a payload whose container does not decode: a Request gets a
+// protocol_error reply, a Send is dropped; the connection stays (digest §9.3: malformed
+// request -> ProtocolError, one-way -> record only).
+func (c *conn) decompressFailed(h *wire.Header, err error) {
+	c.host.metrics.dropped(c.transport, "decompression_failed")
+	c.host.log.Debug("stream payload decompression failed", "node", c.node.cfg.name, "routing_id", uint32(c.rid), "err", err)
+	if h.Kind == wire.KindRequest {
+		_ = c.enqueueError(h.RequestSeq, h.CorrelationID, "protocol_error", "payload decompression failed")
+	}
+}
+
+func (c *conn) handleControl(h *wire.Header) {
+	switch h.Name {
+	case wire.NameHeartbeatPing:
+		pong := wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: wire.NameHeartbeatPong}
+		_ = c.enqueue(c.ctx, &pong, nil, writeNoWait)
+	case wire.NameHeartbeatPong:
+		// Liveness only; the read itself refreshed the idle clock.
+	default:
+		c.host.metrics.dropped(c.transport, "unknown_control")
+	}
+}
