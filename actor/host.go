@@ -10,9 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	proto "github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -27,6 +32,9 @@ var (
 	ErrNotFound     = errors.New("actor: not active")
 	ErrBadID        = errors.New("actor: invalid ActorId")
 	ErrClosed       = errors.New("actor: host closed")
+	// ErrMailboxFull: the Actor's mailbox is at its bound (MaxMailbox messages or
+	// MaxMailboxBytes); the message was not queued (digest §9.5: capacity exceeded).
+	ErrMailboxFull = errors.New("actor: mailbox full")
 )
 
 // HostOptions configures a Host.
@@ -34,7 +42,22 @@ type HostOptions struct {
 	// Directory answers where Actors live. nil: the embedded rendezvous directory.
 	Directory Directory
 	Logger    *slog.Logger
+	// MeterProvider receives the Actor host's instruments. nil: otel's global.
+	MeterProvider metric.MeterProvider
+	// MaxMailbox and MaxMailboxBytes bound each activation's queued messages (0:
+	// DefaultMaxMailbox, DefaultMaxMailboxBytes). A local send to a full mailbox fails
+	// with ErrMailboxFull; a message from another node is refused (a relayed Request is
+	// answered capacity_exceeded, anything else is dropped and counted).
+	MaxMailbox      int
+	MaxMailboxBytes int64
+	// IdleTimeout deactivates an activation that has no session binding and received
+	// no message for this long, through the normal stop path (default
+	// DefaultIdleTimeout; negative: never).
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is how long an unbound, silent activation lives.
+const DefaultIdleTimeout = 5 * time.Minute
 
 // Host runs the Actors of one mesh node.
 type Host struct {
@@ -57,6 +80,18 @@ type Host struct {
 	turnHandlers turnHandlers
 	missing      func(from mesh.NodeID, rec *wire.Record)
 	onStop       func(t *Turn)
+	onRejected   func(from mesh.NodeID, rec *wire.Record)
+
+	maxMailbox      int
+	maxMailboxBytes int64
+	idleTimeout     time.Duration
+	ratelog         ratelog.Limiter
+	mailboxRejected atomic.Int64
+	collected       atomic.Int64
+	clock           atomic.Int64 // unix nanos, advanced by the sweeper: a turn stamps its activity without reading the clock
+	metricsReg      metric.Registration
+	stopSweep       chan struct{}
+	sweepDone       chan struct{}
 }
 
 type pidKey struct {
@@ -94,6 +129,11 @@ type activation struct {
 	explicit bool
 	fence    RouteFence
 	pid      *proto.PID
+
+	queued      atomic.Int64 // messages in its mailbox (records and Actor messages)
+	queuedBytes atomic.Int64
+	lastActive  atomic.Int64 // unix nanos of its last turn
+	keepActive  atomic.Bool  // a layer above holds it (a session binding): not collected
 }
 
 // ActiveActor describes one activation for operators (/v1/actors).
@@ -107,10 +147,21 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, pids: map[pidKey]*proto.PID{}}
+	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, pids: map[pidKey]*proto.PID{},
+		maxMailbox: opts.MaxMailbox, maxMailboxBytes: opts.MaxMailboxBytes, idleTimeout: opts.IdleTimeout}
 	if h.log == nil {
 		h.log = node.Logger()
 	}
+	if h.maxMailbox <= 0 {
+		h.maxMailbox = DefaultMaxMailbox
+	}
+	if h.maxMailboxBytes <= 0 {
+		h.maxMailboxBytes = DefaultMaxMailboxBytes
+	}
+	if h.idleTimeout == 0 {
+		h.idleTimeout = DefaultIdleTimeout
+	}
+	h.clock.Store(time.Now().UnixNano())
 	h.dir = opts.Directory
 	if h.dir == nil {
 		h.dir = &RendezvousDirectory{host: h}
@@ -120,9 +171,21 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		return nil, fmt.Errorf("actor: directory actor: %w", err)
 	}
 	h.dirPID = pid
+	mp := opts.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if err := h.registerMetrics(mp); err != nil {
+		_ = h.system.Root.StopFuture(pid).Wait()
+		return nil, fmt.Errorf("actor: metrics: %w", err)
+	}
 	node.Handle(wire.CmdActorSend, h.receiveActorSend)
 	node.OnUndeliverable(h.undeliverable)
 	h.unsubscribe = node.Subscribe(h.onMembership)
+	if h.idleTimeout > 0 {
+		h.stopSweep, h.sweepDone = make(chan struct{}), make(chan struct{})
+		go h.sweep()
+	}
 	return h, nil
 }
 
@@ -177,6 +240,13 @@ func (h *Host) Close() {
 	acts := h.acts
 	h.acts = map[string]*activation{}
 	h.mu.Unlock()
+	if h.stopSweep != nil {
+		close(h.stopSweep)
+		<-h.sweepDone
+	}
+	if h.metricsReg != nil {
+		_ = h.metricsReg.Unregister()
+	}
 	h.unsubscribe()
 	for _, a := range acts {
 		_ = h.system.Root.StopFuture(a.pid).Wait()
@@ -217,8 +287,10 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 		AuthorityOwnerGeneration: gen,
 		OwnerLeaseGeneration:     self.Generation,
 	}}
+	a.lastActive.Store(time.Now().UnixNano())
 	impl := k.New()
-	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} })
+	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} },
+		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }))
 	pid, err := h.system.Root.SpawnNamed(props, activationName(a.fence.Ref))
 	if err != nil {
 		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
@@ -260,6 +332,10 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 		if !fenceMatches(a.fence, to) {
 			return fmt.Errorf("%w: %s, current %s", ErrStale, to, a.fence)
 		}
+		if !a.admits(h, int64(len(msg.Data))) {
+			h.mailboxRejected.Add(1)
+			return fmt.Errorf("%w: %s", ErrMailboxFull, to.Ref)
+		}
 		m := msg
 		h.system.Root.Send(a.pid, &m)
 		return nil
@@ -274,7 +350,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	// Addressed straight to the activation: no hop through the node's record receiver.
 	pid, err := h.remotePID(to)
 	if err == nil {
-		err = h.node.SendToPID(to.Node, pid, rec)
+		err = h.node.SendToPID(ctx, to.Node, pid, rec)
 	}
 	release()
 	if err != nil {
@@ -384,9 +460,21 @@ func (s *shell) Receive(pctx proto.Context) {
 			s.guard(func() { fn(t) })
 		}
 	case *Message:
+		s.act.dequeued(int64(len(m.Data)))
+		s.act.lastActive.Store(s.h.clock.Load())
 		s.deliver(m)
 	case *meshpb.Envelope:
+		s.act.dequeued(envelopeBytes(m))
+		s.act.lastActive.Store(s.h.clock.Load())
 		s.receiveRecord(m)
+	case turnCallback:
+		t := &Turn{s: s}
+		s.guard(func() { m.fn(t) })
+	case collectIfIdle:
+		if s.h.collectable(s.act, time.Now()) && s.h.retire(s.act) {
+			s.h.collected.Add(1)
+			pctx.Stop(pctx.Self())
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -22,6 +23,21 @@ func (t *Turn) Fence() RouteFence { return t.s.act.fence }
 
 // Deliver runs the Actor's Receive with msg now, within this turn.
 func (t *Turn) Deliver(msg any) { t.s.deliver(msg) }
+
+// After runs fn in a turn of this activation, d from now (a message the activation
+// posts to itself, behind what its mailbox already holds). If the activation stopped
+// meanwhile, fn does not run.
+func (t *Turn) After(d time.Duration, fn func(t *Turn)) {
+	h, pid := t.s.h, t.s.act.pid
+	time.AfterFunc(d, func() { h.system.Root.Send(pid, turnCallback{fn: fn}) })
+}
+
+// turnCallback is a function an activation runs in one of its turns (Turn.After).
+type turnCallback struct{ fn func(t *Turn) }
+
+// KeepActive marks the activation as held by a layer above Actors (a current session
+// binding): while held it is not collected when idle.
+func (t *Turn) KeepActive(held bool) { t.s.act.keepActive.Store(held) }
 
 // Attachment returns what SetAttachment stored under key on this activation.
 func (t *Turn) Attachment(key any) any { return t.s.attachments[key] }
@@ -70,6 +86,10 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 		if !ok {
 			return fmt.Errorf("%w: %s", ErrNotFound, to.Ref)
 		}
+		if rec.Command() == wire.CmdActorSend && !a.admits(h, payloadBytes(rec)) {
+			h.mailboxRejected.Add(1)
+			return fmt.Errorf("%w: %s", ErrMailboxFull, to.Ref)
+		}
 		frames, err := wire.Encode(rec)
 		if err != nil {
 			return err
@@ -83,7 +103,7 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 	}
 	pid, err := h.remotePID(to)
 	if err == nil {
-		err = h.node.SendToPID(to.Node, pid, rec)
+		err = h.node.SendToPID(ctx, to.Node, pid, rec)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -138,4 +158,11 @@ func (h *Host) stopHook() func(t *Turn) {
 	h.turnHandlers.mu.RLock()
 	defer h.turnHandlers.mu.RUnlock()
 	return h.onStop
+}
+
+func payloadBytes(rec *wire.Record) int64 {
+	if rec.Payload == nil {
+		return 0
+	}
+	return int64(len(rec.Payload.Data))
 }

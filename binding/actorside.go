@@ -1,6 +1,7 @@
 package binding
 
 import (
+	"context"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -44,6 +45,12 @@ type actorBinding struct {
 	owner      mesh.NodeID // session owner node lifecycle
 	sessionRid string
 	gen        uint64
+
+	// The relay window (window.go): the last relay the Actor took, how many it took
+	// since the session owner was last credited, whether a credit is scheduled.
+	consumed    uint64
+	owed        int
+	creditArmed bool
 }
 
 // stateKey is the attachment key of the binding state on an activation.
@@ -63,9 +70,18 @@ func state(b *Binder, t *actor.Turn) *actorState {
 	return st
 }
 
-func reply(b *Binder, to mesh.NodeID, corr uint64, result wire.TerminalResult, failure wire.FailureCode, ok *wire.BindOK) {
+// reply sends a bind terminal (20). From an Actor's turn (wait) it waits for room
+// toward the session owner, at most mesh.DefaultSendWait; from a handler that serves
+// every Actor of the node it never waits.
+func reply(wait bool, b *Binder, to mesh.NodeID, corr uint64, result wire.TerminalResult, failure wire.FailureCode, ok *wire.BindOK) {
 	r := &wire.Record{Body: &wire.Reply{Correlation: corr, Result: result, Failure: failure, BindOK: ok}}
-	if err := b.node.Send(to, r); err != nil {
+	var err error
+	if wait {
+		err = b.node.Send(context.Background(), to, r)
+	} else {
+		err = b.node.TrySend(to, r)
+	}
+	if err != nil {
 		b.log.Debug("binding: terminal not sent", "to", to.String(), "err", err)
 	}
 }
@@ -90,24 +106,26 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 			t.Deliver(&Ended{SessionRID: cur.sessionRid, BindingGeneration: cur.gen})
 			if st.current == cur {
 				st.current = nil
+				t.KeepActive(false)
 			}
 		}
 		// A late tombstone for a replaced identity changes nothing, and says so.
-		reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
+		reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
 		return
 	}
 	switch {
 	case want.ObjectGeneration != self.ObjectGeneration:
-		reply(b, from, body.Correlation, wire.ResultInvalidState, wire.FailureNone, nil)
+		reply(true, b, from, body.Correlation, wire.ResultInvalidState, wire.FailureNone, nil)
 		return
 	case want.AuthorityOwnerGeneration != self.AuthorityOwnerGeneration:
-		reply(b, from, body.Correlation, wire.ResultConflict, wire.FailureActorLocationStale, nil)
+		reply(true, b, from, body.Correlation, wire.ResultConflict, wire.FailureActorLocationStale, nil)
 		return
 	}
 	next := &actorBinding{owner: from, sessionRid: body.SessionRID, gen: body.Binding.Generation}
 	prev := st.current
 	st.current = next // point A
-	reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
+	t.KeepActive(true)
+	reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
 		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
 	t.Deliver(&Bound{SessionRID: next.sessionRid, BindingGeneration: next.gen})
 	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
@@ -128,7 +146,7 @@ func (b *Binder) notifyReplaced(self actor.RouteFence, prev *actorBinding) {
 			BindingGeneration:    prev.gen,
 		},
 	}}
-	if err := b.node.Send(prev.owner, rec); err != nil {
+	if err := b.node.Send(context.Background(), prev.owner, rec); err != nil {
 		b.log.Debug("binding: replacement notice not sent", "to", prev.owner.String(), "err", err)
 	}
 }
@@ -147,6 +165,7 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	kind, _ := rec.Metadata.Get(kindKey)
+	b.consumed(t, cur, tail.SourceSessionSequence)
 	t.Deliver(&Relayed{
 		Name:              rec.Payload.PacketName,
 		Codec:             codecOf(b.opts.Codecs, rec.Payload.ContentType),
@@ -216,6 +235,7 @@ func (b *Binder) replyTo(ctx *actor.Context, r *Relayed, kind swire.Kind, ct str
 		// The relaying binding is gone: the reply has no session to reach.
 		return ErrNotBound
 	}
+	cur.repliedUpTo(r.Sequence)
 	return b.send36(ctx, cur, r.BindingGeneration, replyPacketName, ct, encodeReply(r.Sequence, kind, payload))
 }
 
@@ -224,7 +244,7 @@ func (b *Binder) send36(ctx *actor.Context, cur *actorBinding, gen uint64, name,
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(ctx.Self()), ExpectedBindingGeneration: gen},
 		Payload: &wire.Payload{PacketName: name, ContentType: ct, Data: data},
 	}
-	return b.node.Send(cur.owner, rec)
+	return b.node.Send(ctx, cur.owner, rec)
 }
 
 // onMissingActor answers a 38 addressed to an activation that no longer exists and has
@@ -233,26 +253,50 @@ func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
 	switch body := rec.Body.(type) {
 	case *wire.BoundSessionBind:
 		if body.Binding.State == wire.BindingTombstone {
-			reply(b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
+			reply(false, b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
 			return
 		}
-		reply(b, from, body.Correlation, wire.ResultNotFound, wire.FailureActorRouteNotFound, nil)
+		reply(false, b, from, body.Correlation, wire.ResultNotFound, wire.FailureActorRouteNotFound, nil)
 	case *wire.ActorSend:
 		b.rejected(&b.drops.staleRelay, from, "relay to an Actor that is not active")
-		// A relayed Request would otherwise wait for a reply that cannot come: answer
-		// it with not_found on the binding it was relayed on (the session owner judges
-		// the reply against that binding's fence, which is the one this 24 carried).
-		if kind, _ := rec.Metadata.Get(kindKey); kind == "request" && body.BoundSession != nil {
-			tail := body.BoundSession
-			r := &wire.Record{
-				Body: &wire.BoundSessionSend{Actor: body.TargetActor, ExpectedBindingGeneration: tail.SourceBindingGeneration},
-				Payload: &wire.Payload{PacketName: replyPacketName, ContentType: codec.ContentTypeJSON,
-					Data: encodeReply(tail.SourceSessionSequence, swire.KindError, codec.EncodeErrorPayload(codec.CodeNotFound, "the bound Actor is no longer active"))},
-			}
-			if err := b.node.Send(from, r); err != nil {
-				b.log.Debug("binding: not-found reply not sent", "to", from.String(), "err", err)
-			}
-		}
+		// A relayed Request would otherwise wait for a reply that cannot come.
+		b.failRelay(from, rec, codec.CodeNotFound, "the bound Actor is no longer active")
+	}
+}
+
+// onRejected answers a relayed Request that the Actor's full mailbox refused; a relayed
+// Send is dropped (counted by the Actor host).
+func (b *Binder) onRejected(from mesh.NodeID, rec *wire.Record) {
+	b.failRelay(from, rec, codec.CodeCapacityExceeded, "the bound Actor's mailbox is full")
+}
+
+// failRelay answers a relayed Request (a 24 with the bound-session tail) that no Actor
+// will see, with an Error on the binding it was relayed on (the session owner judges
+// the reply against that binding's fence, which is the one the 24 carried). It never
+// waits: it runs where every Actor's records pass.
+func (b *Binder) failRelay(from mesh.NodeID, rec *wire.Record, code, message string) {
+	body, ok := rec.Body.(*wire.ActorSend)
+	if !ok || body.BoundSession == nil {
+		return
+	}
+	if kind, _ := rec.Metadata.Get(kindKey); kind != "request" {
+		return
+	}
+	tail := body.BoundSession
+	r := &wire.Record{
+		Body: &wire.BoundSessionSend{Actor: body.TargetActor, ExpectedBindingGeneration: tail.SourceBindingGeneration},
+		Payload: &wire.Payload{PacketName: replyPacketName, ContentType: codec.ContentTypeJSON,
+			Data: encodeReply(tail.SourceSessionSequence, swire.KindError, codec.EncodeErrorPayload(code, message))},
+	}
+	var err error
+	if from == b.node.ID() {
+		// Same node: the record receiver takes it in-process.
+		err = b.node.Send(context.Background(), from, r)
+	} else {
+		err = b.node.TrySend(from, r)
+	}
+	if err != nil {
+		b.log.Debug("binding: relay failure reply not sent", "to", from.String(), "code", code, "err", err)
 	}
 }
 
@@ -270,7 +314,7 @@ func (b *Binder) onActorStop(t *actor.Turn) {
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
 		Payload: &wire.Payload{PacketName: unboundPacketName, ContentType: codec.ContentTypeRaw},
 	}
-	if err := b.node.Send(cur.owner, rec); err != nil {
+	if err := b.node.Send(context.Background(), cur.owner, rec); err != nil {
 		b.log.Debug("binding: unbound notice not sent", "to", cur.owner.String(), "err", err)
 	}
 }

@@ -43,6 +43,8 @@ var (
 	ErrSessionClosing = errors.New("binding: session closing")
 	// ErrTimeout: the bind terminal did not arrive before the deadline.
 	ErrTimeout = errors.New("binding: bind timed out")
+	// ErrTooManyBindings: the session is at its bindings bound (MaxBindingsPerSession).
+	ErrTooManyBindings = errors.New("binding: too many bindings for one session")
 )
 
 // Defaults of the binding protocol.
@@ -56,6 +58,12 @@ const (
 	DefaultBindTimeout = 5 * time.Second
 	// DefaultOwnerID is the session owner id this node puts in retired-session fences.
 	DefaultOwnerID = "meshnode-session"
+	// DefaultMaxRelayedRequests bounds a session's relayed Requests awaiting replies.
+	DefaultMaxRelayedRequests = 128
+	// DefaultRelayTimeout bounds how long a relayed Request waits for its reply.
+	DefaultRelayTimeout = 30 * time.Second
+	// DefaultMaxBindingsPerSession bounds the Actors one session may be bound to.
+	DefaultMaxBindingsPerSession = 1000
 )
 
 // Options configures a Binder.
@@ -69,6 +77,23 @@ type Options struct {
 	// codec.NewRegistry()).
 	Codecs *codec.Registry
 	Logger *slog.Logger
+	// MaxRelayedRequests bounds the relayed Requests of one session awaiting their
+	// replies (default 128). At the bound the session stops pulling packets (its client
+	// stalls in TCP) until replies come back.
+	MaxRelayedRequests int
+	// RelayTimeout bounds how long a relayed Request waits for its reply (default
+	// 30 s); past it the client gets an Error with code deadline_exceeded, and a late
+	// reply is dropped. Negative: no timeout.
+	RelayTimeout time.Duration
+	// MaxBindingsPerSession bounds the Actors one session may be bound to at once
+	// (default 1,000); a bind past it fails with ErrTooManyBindings.
+	MaxBindingsPerSession int
+	// RelayWindow and RelayWindowBytes bound the packets (default 4,096) and payload
+	// bytes (default 4 MiB) a session relayed to its bound Actors that they have not
+	// consumed yet: at either the session stops pulling (window.go). Keep them under
+	// the Actor host's mailbox bounds.
+	RelayWindow      int
+	RelayWindowBytes int64
 }
 
 // Binder runs both roles of the binding protocol on one mesh node.
@@ -86,7 +111,8 @@ type Binder struct {
 	byGen    map[uint64]*Session // current binding generation -> its session
 	pending  map[uint64]*pendingOp
 
-	drops dropCounters
+	drops       dropCounters
+	unsubscribe func()
 }
 
 // pendingOp is a 38 waiting for its 20.
@@ -112,6 +138,21 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	if opts.Logger == nil {
 		opts.Logger = node.Logger()
 	}
+	if opts.MaxRelayedRequests <= 0 {
+		opts.MaxRelayedRequests = DefaultMaxRelayedRequests
+	}
+	if opts.RelayTimeout == 0 {
+		opts.RelayTimeout = DefaultRelayTimeout
+	}
+	if opts.MaxBindingsPerSession <= 0 {
+		opts.MaxBindingsPerSession = DefaultMaxBindingsPerSession
+	}
+	if opts.RelayWindow <= 0 {
+		opts.RelayWindow = DefaultRelayWindow
+	}
+	if opts.RelayWindowBytes <= 0 {
+		opts.RelayWindowBytes = DefaultRelayWindowBytes
+	}
 	b := &Binder{
 		node: node, actors: actors, opts: opts, log: opts.Logger,
 		sessions: map[session.RoutingID]*Session{},
@@ -127,9 +168,14 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
 	actors.HandleActorRecord(wire.CmdActorSend, b.onRelay)
 	actors.HandleMissingActor(b.onMissingActor)
+	actors.HandleRejected(b.onRejected)
 	actors.HandleStop(b.onActorStop)
+	b.unsubscribe = node.Subscribe(b.onMembership)
 	return b
 }
+
+// Stop stops following membership. Sessions and bindings end with their sessions.
+func (b *Binder) Stop() { b.unsubscribe() }
 
 // Node returns the mesh node.
 func (b *Binder) Node() *mesh.Node { return b.node }
@@ -141,9 +187,11 @@ func (b *Binder) Actors() *actor.Host { return b.actors }
 // live sessions of this node lifecycle (the node generation tells lifecycles apart).
 func sessionRID(id session.RoutingID) string { return "s" + strconv.FormatUint(uint64(id), 10) }
 
-// dropCounters count what the binding rejects before application code.
+// dropCounters count what the binding rejects before application code, and the
+// relayed Requests it failed on its own.
 type dropCounters struct {
 	stalePush, staleRelay, staleReplaced, lateReply atomic.Int64
+	relayTimeouts, peerFailures                     atomic.Int64
 }
 
 // Drops reports the records this node's binding rejected, by kind (for tests and
@@ -163,9 +211,12 @@ func errorf(base error, format string, args ...any) error {
 
 // Stats counts the binding state this node holds (for tests and operators).
 type Stats struct {
-	Sessions int // sessions with binding state
-	Bindings int // current bindings of those sessions (session-owner side)
-	Pending  int // 38s waiting for their terminal
+	Sessions        int   // sessions with binding state
+	Bindings        int   // current bindings of those sessions (session-owner side)
+	Pending         int   // 38s waiting for their terminal
+	RelayedRequests int   // relayed Requests waiting for their replies
+	RelayTimeouts   int64 // relayed Requests failed with deadline_exceeded
+	PeerFailures    int64 // relayed Requests and binds failed because their node failed
 }
 
 // Stats returns the current counts.
@@ -175,11 +226,13 @@ func (b *Binder) Stats() Stats {
 	for _, s := range b.sessions {
 		sessions = append(sessions, s)
 	}
-	st := Stats{Sessions: len(b.sessions), Pending: len(b.pending)}
+	st := Stats{Sessions: len(b.sessions), Pending: len(b.pending),
+		RelayTimeouts: b.drops.relayTimeouts.Load(), PeerFailures: b.drops.peerFailures.Load()}
 	b.mu.Unlock()
 	for _, s := range sessions {
 		s.mu.Lock()
 		st.Bindings += len(s.binds)
+		st.RelayedRequests += len(s.requests)
 		s.mu.Unlock()
 	}
 	return st

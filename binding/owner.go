@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -127,8 +128,7 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 		op.done <- ErrSessionClosing
 		return
 	}
-	prev := s.binds[fence.ID]
-	s.binds[fence.ID] = &bound{fence: fence, gen: op.gen}
+	prev := s.setBound(&bound{actorID: fence.ID, fence: fence, gen: op.gen})
 	b.mu.Lock()
 	if prev != nil {
 		delete(b.byGen, prev.gen)
@@ -183,6 +183,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 			b.rejected(&b.drops.stalePush, from, "malformed relayed reply")
 			return
 		}
+		s.credited(body.ExpectedBindingGeneration, seq)
 		pkt := s.takeRequest(seq, body.ExpectedBindingGeneration)
 		if pkt == nil {
 			b.drops.lateReply.Add(1)
@@ -200,13 +201,15 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 			return
 		}
 		_ = pkt.Reply(codecOf(b.opts.Codecs, p.ContentType), payload, session.NonBlocking())
+	case creditPacketName:
+		if len(p.Data) != 8 {
+			b.rejected(&b.drops.stalePush, from, "malformed credit")
+			return
+		}
+		s.credited(body.ExpectedBindingGeneration, binary.BigEndian.Uint64(p.Data))
 	case unboundPacketName:
 		// The Actor stopped: this binding ended with it.
-		s.mu.Lock()
-		if cur, ok := s.binds[actorID]; ok && cur.gen == bd.gen {
-			delete(s.binds, actorID)
-		}
-		s.mu.Unlock()
+		s.dropBinding(actorID, bd.gen)
 		b.forget(bd.gen)
 		s.failRequests(bd.gen, "the bound Actor stopped")
 	case closePacketName:
@@ -258,9 +261,7 @@ func (b *Binder) onReplaced(from mesh.NodeID, rec *wire.Record) {
 // ReplacementCloseDelay after the callback's terminal, or at the callback timeout.
 func (s *Session) replaced(actorID string, gen uint64) {
 	s.mu.Lock()
-	if bd, ok := s.binds[actorID]; ok && bd.gen == gen {
-		delete(s.binds, actorID)
-	}
+	s.removeBound(actorID, gen)
 	already := s.closing
 	s.closing = true
 	fn := s.onReplaced
@@ -308,4 +309,63 @@ func (s *Session) replaced(actorID string, gen uint64) {
 			}
 		})
 	}()
+}
+
+// onMembership fails at once what waits on a node that left or failed: its pending
+// binds and the relayed Requests to Actors on it get unavailable, and bindings to its
+// Actors end (the Actors are gone with it; a new bind reaches a new activation). Without
+// this they would wait for the relay timeout.
+func (b *Binder) onMembership(ev mesh.MemberEvent) {
+	if ev.Type != mesh.EventFailed && ev.Type != mesh.EventLeft {
+		return
+	}
+	gone := ev.Member.ID
+	b.mu.Lock()
+	var ops []*pendingOp
+	for corr, op := range b.pending {
+		if op.fence.Node == gone {
+			ops = append(ops, op)
+			delete(b.pending, corr)
+		}
+	}
+	sessions := make([]*Session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	for _, op := range ops {
+		op.done <- errorf(ErrUnavailable, "node %s %s", gone, ev.Type)
+	}
+	why := "the node of the bound Actor " + ev.Type.String()
+	failed := 0
+	for _, s := range sessions {
+		s.mu.Lock()
+		var gens []uint64
+		for id, bd := range s.binds {
+			if bd.fence.Node == gone {
+				gens = append(gens, bd.gen)
+				s.removeBound(id, bd.gen)
+			}
+		}
+		var pkts []*session.Packet
+		for seq, pr := range s.requests {
+			if pr.node == gone {
+				pkts = append(pkts, pr.pkt)
+				s.removeRequest(seq)
+			}
+		}
+		s.mu.Unlock()
+		for _, g := range gens {
+			b.forget(g)
+		}
+		for _, pkt := range pkts {
+			_ = pkt.ReplyError(codec.CodeUnavailable, why, session.NonBlocking())
+		}
+		failed += len(pkts)
+	}
+	b.drops.peerFailures.Add(int64(failed + len(ops)))
+	if failed+len(ops) > 0 {
+		b.log.Info("binding: failed work waiting on a departed node", "node", gone.String(), "event", ev.Type.String(),
+			"relayed_requests", failed, "binds", len(ops))
+	}
 }

@@ -2,11 +2,16 @@ package binding
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/internal/wake"
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	swire "github.com/meshnode/meshnode/session/wire"
@@ -21,24 +26,31 @@ type Session struct {
 
 	mu         sync.Mutex
 	binds      map[string]*bound // by ActorId
+	byGen      map[uint64]*bound // the same bindings, by binding generation
+	binding    int               // binds in progress, counted against MaxBindingsPerSession
 	seq        uint64            // session sequence: ingress order of relayed packets
 	requests   map[uint64]pendingRequest
+	expiry     *time.Timer // fires at the earliest relayed Request's deadline
+	expiryAt   int64       // unix nanos it is armed for; 0: not armed
 	closing    bool
 	closed     bool
 	onReplaced func(ctx context.Context, actorID string)
+
+	// The session's ingress gate (session.Peer.SetIngressGate) reads these lock-free.
+	inflight     atomic.Int64 // len(requests)
+	relayedCount atomic.Int64 // relays not consumed yet, all bindings (window.go)
+	relayedBytes atomic.Int64
+	progress     wake.Signal                   // a relayed Request completed, a window opened
+	peerNodes    atomic.Pointer[[]mesh.NodeID] // the other nodes its bound Actors live on
 }
 
 // pendingRequest is a relayed Request waiting for the Actor's reply, with the binding
 // generation it was relayed on: only a reply on that binding completes it.
 type pendingRequest struct {
-	pkt *session.Packet
-	gen uint64
-}
-
-// bound is one current binding of the session.
-type bound struct {
-	fence actor.RouteFence
-	gen   uint64
+	pkt      *session.Packet
+	gen      uint64
+	node     mesh.NodeID // where the Actor lives: its failure fails the request
+	deadline int64       // unix nanos; 0: none
 }
 
 // Binding describes one current binding.
@@ -55,10 +67,106 @@ func (b *Binder) Session(peer *session.Peer) *Session {
 	if s, ok := b.sessions[peer.RoutingID()]; ok {
 		return s
 	}
-	s := &Session{b: b, peer: peer, rid: sessionRID(peer.RoutingID()), binds: map[string]*bound{}, requests: map[uint64]pendingRequest{}}
+	s := &Session{b: b, peer: peer, rid: sessionRID(peer.RoutingID()), binds: map[string]*bound{}, byGen: map[uint64]*bound{},
+		requests: map[uint64]pendingRequest{}}
 	b.sessions[peer.RoutingID()] = s
 	peer.AfterDisconnect(s.disconnected)
+	peer.SetIngressGate(s.ingressGate)
 	return s
+}
+
+// ingressGate holds the session's reader (no packet pulled, its client stalls in TCP)
+// while its relayed Requests awaiting replies are at MaxRelayedRequests, while one of
+// its bindings is at its relay window (its Actor has not caught up), or while the
+// window toward a node one of its Actors lives on is full: backpressure across the
+// relay, instead of queueing without bound.
+func (s *Session) ingressGate() <-chan struct{} {
+	if max := int64(s.b.opts.MaxRelayedRequests); s.inflight.Load() >= max || s.windowFull() {
+		ch := s.progress.Wait()
+		if s.inflight.Load() >= max || s.windowFull() {
+			return ch
+		}
+	}
+	if nodes := s.peerNodes.Load(); nodes != nil {
+		for _, n := range *nodes {
+			if ch := s.b.node.PeerBlocked(n); ch != nil {
+				return ch
+			}
+		}
+	}
+	return nil
+}
+
+// bindsChanged refreshes what the ingress gate reads of the bindings. s.mu is held.
+func (s *Session) bindsChanged() {
+	self := s.b.node.ID()
+	var nodes []mesh.NodeID
+	for _, bd := range s.binds {
+		if bd.fence.Node != self && !slices.Contains(nodes, bd.fence.Node) {
+			nodes = append(nodes, bd.fence.Node)
+		}
+	}
+	s.peerNodes.Store(&nodes)
+}
+
+// addRequest records a relayed Request. s.mu is held.
+func (s *Session) addRequest(seq uint64, pr pendingRequest) {
+	if d := s.b.opts.RelayTimeout; d > 0 {
+		pr.deadline = time.Now().Add(d).UnixNano()
+		if s.expiryAt == 0 {
+			s.armExpiry(pr.deadline)
+		}
+	}
+	s.requests[seq] = pr
+	s.inflight.Store(int64(len(s.requests)))
+}
+
+// removeRequest drops a relayed Request that completed or failed. s.mu is held.
+func (s *Session) removeRequest(seq uint64) {
+	delete(s.requests, seq)
+	s.inflight.Store(int64(len(s.requests)))
+	s.progress.Notify()
+}
+
+func (s *Session) armExpiry(at int64) {
+	s.expiryAt = at
+	d := time.Duration(at - time.Now().UnixNano())
+	if s.expiry == nil {
+		s.expiry = time.AfterFunc(d, s.expire)
+		return
+	}
+	s.expiry.Reset(d)
+}
+
+// expire fails the relayed Requests past their deadline with deadline_exceeded (a late
+// reply is then dropped) and arms the timer for the next deadline.
+func (s *Session) expire() {
+	now := time.Now().UnixNano()
+	var failed []*session.Packet
+	s.mu.Lock()
+	s.expiryAt = 0
+	next := int64(0)
+	for seq, pr := range s.requests {
+		if pr.deadline == 0 {
+			continue
+		}
+		if pr.deadline <= now {
+			failed = append(failed, pr.pkt)
+			s.removeRequest(seq)
+			continue
+		}
+		if next == 0 || pr.deadline < next {
+			next = pr.deadline
+		}
+	}
+	if next != 0 && !s.closed {
+		s.armExpiry(next)
+	}
+	s.mu.Unlock()
+	s.b.drops.relayTimeouts.Add(int64(len(failed)))
+	for _, pkt := range failed {
+		_ = pkt.ReplyError(codec.CodeDeadlineExceeded, "the bound Actor did not reply within the relay timeout", session.NonBlocking())
+	}
 }
 
 // OnReplaced sets the binding-replaced callback: it runs as a session turn when another
@@ -104,17 +212,28 @@ func (s *Session) Bind(ctx context.Context, ref actor.RouteFence) (Binding, erro
 		s.mu.Unlock()
 		return Binding{}, ErrSessionClosing
 	}
-	if bd, ok := s.binds[ref.ID]; ok && bd.fence.Ref == ref.Ref {
+	bd, rebind := s.binds[ref.ID]
+	if rebind && bd.fence.Ref == ref.Ref {
 		s.mu.Unlock()
 		return Binding{Actor: bd.fence, BindingGeneration: bd.gen}, nil
 	}
+	if max := s.b.opts.MaxBindingsPerSession; !rebind && len(s.binds)+s.binding >= max {
+		s.mu.Unlock()
+		return Binding{}, errorf(ErrTooManyBindings, "%d bindings", max)
+	}
+	s.binding++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.binding--
+		s.mu.Unlock()
+	}()
 	gen := s.b.nextGen.Add(1)
 	if err := s.b.roundTrip(ctx, s, ref, gen, false); err != nil {
 		return Binding{}, err
 	}
 	s.mu.Lock()
-	bd := s.binds[ref.ID]
+	bd = s.binds[ref.ID]
 	s.mu.Unlock()
 	if bd == nil || bd.gen != gen {
 		return Binding{}, ErrSessionClosing
@@ -151,14 +270,17 @@ func (s *Session) end(ctx context.Context, actorID string) error {
 	// The binding stays current until the Actor's notice has run (its callback may
 	// still push to this session); the tombstone's terminal ends it here.
 	err := s.b.roundTrip(ctx, s, bd.fence, bd.gen, true)
-	s.mu.Lock()
-	if cur, ok := s.binds[actorID]; ok && cur.gen == bd.gen {
-		delete(s.binds, actorID)
-	}
-	s.mu.Unlock()
+	s.dropBinding(actorID, bd.gen)
 	s.b.forget(bd.gen)
 	s.failRequests(bd.gen, "the binding ended")
 	return err
+}
+
+// dropBinding removes the binding of actorID if it is still generation gen.
+func (s *Session) dropBinding(actorID string, gen uint64) {
+	s.mu.Lock()
+	s.removeBound(actorID, gen)
+	s.mu.Unlock()
 }
 
 // failRequests answers the relayed requests of binding gen that are still waiting:
@@ -169,7 +291,7 @@ func (s *Session) failRequests(gen uint64, why string) {
 	for seq, pr := range s.requests {
 		if pr.gen == gen {
 			failed = append(failed, pr.pkt)
-			delete(s.requests, seq)
+			s.removeRequest(seq)
 		}
 	}
 	s.mu.Unlock()
@@ -195,15 +317,21 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	s.seq++
 	seq := s.seq
 	if pkt.IsRequest() {
-		s.requests[seq] = pendingRequest{pkt: pkt, gen: bd.gen}
+		s.addRequest(seq, pendingRequest{pkt: pkt, gen: bd.gen, node: bd.fence.Node})
 	}
+	s.relayedOn(bd, seq, int64(len(pkt.Payload)))
 	fence, gen := bd.fence, bd.gen
 	s.mu.Unlock()
 	rec := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
 	if err := s.b.actors.SendRecord(ctx, fence, rec); err != nil {
 		s.mu.Lock()
-		delete(s.requests, seq)
+		if _, ok := s.requests[seq]; ok {
+			s.removeRequest(seq)
+		}
 		s.mu.Unlock()
+		if errors.Is(err, actor.ErrMailboxFull) || errors.Is(err, actor.ErrNotFound) {
+			return err
+		}
 		return errorf(ErrUnavailable, "%v", err)
 	}
 	return nil
@@ -216,7 +344,15 @@ func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
 	s.closed = true
 	binds := s.binds
 	s.binds = map[string]*bound{}
+	s.byGen = map[uint64]*bound{}
+	s.relayedCount.Store(0)
+	s.relayedBytes.Store(0)
+	s.bindsChanged()
 	s.requests = map[uint64]pendingRequest{}
+	s.inflight.Store(0)
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
 	s.mu.Unlock()
 	s.b.mu.Lock()
 	delete(s.b.sessions, s.peer.RoutingID())
@@ -242,7 +378,7 @@ func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 	if !ok || pr.gen != gen {
 		return nil
 	}
-	delete(s.requests, seq)
+	s.removeRequest(seq)
 	return pr.pkt
 }
 
@@ -250,10 +386,8 @@ func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 func (s *Session) current(gen uint64) (string, *bound) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, bd := range s.binds {
-		if bd.gen == gen {
-			return id, bd
-		}
+	if bd := s.byGen[gen]; bd != nil {
+		return bd.actorID, bd
 	}
 	return "", nil
 }

@@ -160,7 +160,7 @@ func TestRecordDeliveredAndTapped(t *testing.T) {
 			got <- from
 		}
 	})
-	if err := c.Node(0).Send(c.Node(1).ID(), bindRecord(42, c.Node(1).ID())); err != nil {
+	if err := c.Node(0).Send(context.Background(), c.Node(1).ID(), bindRecord(42, c.Node(1).ID())); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -187,7 +187,7 @@ func TestSendToDeadNodeIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Tap().Reset()
-	err := c.Node(0).Send(dead, bindRecord(1, dead))
+	err := c.Node(0).Send(context.Background(), dead, bindRecord(1, dead))
 	if !errors.Is(err, mesh.ErrUnavailable) {
 		t.Fatalf("send to dead node: %v", err)
 	}
@@ -225,7 +225,7 @@ func TestBadRecordsDroppedAndCounted(t *testing.T) {
 	malformed := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: [][]byte{{'Z', 'M', 1, 38, 0, 0}}}
 	c.Node(0).SendEnvelope(reborn.RemoteAddr(), malformed)
 	// Node 0 has no handler for 38.
-	if err := c.Node(1).Send(from, bindRecord(2, from)); err != nil {
+	if err := c.Node(1).Send(context.Background(), from, bindRecord(2, from)); err != nil {
 		t.Fatal(err)
 	}
 	// A good record last: it arrives after the bad ones (one sender, one stream).

@@ -65,6 +65,11 @@ type Config struct {
 	// Logger, MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+	// PeerWindowRecords and PeerWindowBytes bound the records sent to one peer and not
+	// yet acknowledged by it (flow.go). 0: DefaultPeerWindowRecords and
+	// DefaultPeerWindowBytes.
+	PeerWindowRecords int
+	PeerWindowBytes   int64
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -90,6 +95,8 @@ type Node struct {
 	remAddr  string
 	meta     nodeMeta
 
+	flow          *flow
+	unsubFlow     func()
 	deadLetters   *eventstream.Subscription
 	undeliverable atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
 }
@@ -121,6 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.MeterProvider = otel.GetMeterProvider()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	n.flow = newFlow(n, cfg.PeerWindowRecords, cfg.PeerWindowBytes)
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
@@ -181,7 +189,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.remote = remote.NewRemote(n.system, rc)
 	n.remote.Start()
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
-	if _, err := n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} }), recordsActorName); err != nil {
+	recordsProps := actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} },
+		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }))
+	if _, err := n.system.Root.SpawnNamed(recordsProps, recordsActorName); err != nil {
 		n.shutdownTransport()
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
 	}
@@ -193,6 +203,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	n.members = newMembership(n.id, meta, n.log)
+	n.unsubFlow = n.members.subscribe(func(ev MemberEvent) {
+		if ev.Type == EventLeft || ev.Type == EventFailed {
+			n.flow.drop(ev.Member.ID)
+		}
+	})
 	mlc := presetConfig(cfg.Preset)
 	mlc.Name = n.id.RID
 	mlc.Transport = nt
@@ -348,7 +363,9 @@ func (n *Node) Kill() {
 func (n *Node) finish() {
 	_ = n.members.list.Shutdown()
 	n.wg.Wait()
+	n.unsubFlow()
 	n.members.stop()
+	n.flow.stop()
 	n.shutdownTransport()
 }
 

@@ -34,6 +34,9 @@ const (
 	DropDecodeError = "decode_error"
 	DropStaleTarget = "stale_target"
 	DropShutdown    = "shutdown"
+	// DropBackpressure: a record that could not wait was not sent because its peer's
+	// window was full.
+	DropBackpressure = "backpressure"
 )
 
 // Direction of a tapped record.
@@ -65,6 +68,20 @@ func (a *recordsActor) Receive(ctx actor.Context) {
 		return
 	}
 	a.n.receive(env)
+}
+
+// recordsMailbox is the record receiver's mailbox: it reports each envelope to the flow
+// control when it arrives, before it waits in the queue.
+type recordsMailbox struct {
+	actor.Mailbox
+	n *Node
+}
+
+func (m recordsMailbox) PostUserMessage(msg any) {
+	if env, ok := msg.(*meshpb.Envelope); ok && !m.n.Arrived(env) {
+		return // an acknowledgement only: nothing to dispatch
+	}
+	m.Mailbox.PostUserMessage(msg)
 }
 
 func (n *Node) receive(env *meshpb.Envelope) {
@@ -135,6 +152,9 @@ func (n *Node) onDeadLetter(evt any) {
 		msg = me.Message
 	}
 	if env, ok := msg.(*meshpb.Envelope); ok {
+		if !n.Arrived(env) {
+			return
+		}
 		if fn := n.undeliverable.Load(); fn != nil && dl.PID != nil && (*fn)(env, dl.PID.Id) {
 			return
 		}
@@ -164,23 +184,31 @@ func (n *Node) Handle(cmd wire.Command, h RecordHandler) {
 func (n *Node) handler(cmd wire.Command) RecordHandler { return (*n.handlers.Load())[cmd] }
 
 // Send sends a record to the node lifecycle to, for the handler of its command. It
-// fails with ErrUnavailable, without sending, when to is not a live member; delivery is
-// otherwise at most once (remote sends are one-way; the spec's replies are records too).
-func (n *Node) Send(to NodeID, rec *wire.Record) error {
-	return n.SendTo(to, recordsActorName, rec)
+// fails with ErrUnavailable, without sending, when to is not a live member. While the
+// peer's window is full (see flow.go) it waits for room until ctx ends (DefaultSendWait
+// when ctx has no deadline), then fails with ErrBackpressure. Delivery is otherwise at
+// most once (remote sends are one-way; the spec's replies are records too).
+func (n *Node) Send(ctx context.Context, to NodeID, rec *wire.Record) error {
+	return n.sendTo(ctx, to, nil, rec, true)
 }
 
-// SendTo is Send addressed straight to the actor named actorName on the node: the
+// TrySend is Send for callers that must never wait, such as the node's record receiver
+// serving every session: a full window fails at once with ErrBackpressure, and the
+// record is counted as dropped with reason backpressure.
+func (n *Node) TrySend(to NodeID, rec *wire.Record) error {
+	err := n.sendTo(context.Background(), to, nil, rec, false)
+	if errors.Is(err, ErrBackpressure) {
+		n.metrics.dropped(DropBackpressure)
+	}
+	return err
+}
+
+// SendToPID is Send addressed straight to an actor on the node (see ActorPID): the
 // record skips the node's record receiver (one mailbox hop less), and the receiving
-// actor validates it with Accept.
-func (n *Node) SendTo(to NodeID, actorName string, rec *wire.Record) error {
-	return n.sendTo(to, actorName, nil, rec)
-}
-
-// SendToPID is SendTo with a PID the caller caches (see ActorPID): resolving a fresh
-// PID per record costs allocations on the hot path.
-func (n *Node) SendToPID(to NodeID, pid *actor.PID, rec *wire.Record) error {
-	return n.sendTo(to, "", pid, rec)
+// actor validates it with Accept. The caller caches pid: resolving a fresh PID per
+// record costs allocations on the hot path.
+func (n *Node) SendToPID(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record) error {
+	return n.sendTo(ctx, to, pid, rec, true)
 }
 
 // ActorPID returns the PID of the actor named actorName on the live member to.
@@ -192,7 +220,7 @@ func (n *Node) ActorPID(to NodeID, actorName string) (*actor.PID, error) {
 	return actor.NewPID(mem.RemoteAddr, actorName), nil
 }
 
-func (n *Node) sendTo(to NodeID, actorName string, pid *actor.PID, rec *wire.Record) error {
+func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, wait bool) error {
 	if n.stopping.Load() {
 		return ErrStopped
 	}
@@ -209,28 +237,25 @@ func (n *Node) sendTo(to NodeID, actorName string, pid *actor.PID, rec *wire.Rec
 		ToRid: to.RID, ToGeneration: to.Generation,
 		Frames: frames,
 	}
-	if to != n.id {
-		n.metrics.record(rec.Command(), Outbound)
-		n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
+	if pid == nil {
+		pid = n.recordsPID(mem.RemoteAddr)
 	}
-	switch {
-	case pid != nil:
+	if to == n.id {
+		// Same-node records (a binding whose Actor lives here) cross no boundary and
+		// need no window.
 		n.system.Root.Send(pid, env)
-	case actorName == recordsActorName:
-		n.system.Root.Send(n.recordsPID(mem.RemoteAddr), env)
-	default:
-		n.system.Root.Send(actor.NewPID(mem.RemoteAddr, actorName), env)
+		return nil
 	}
+	l := n.flow.link(to)
+	if l == nil {
+		return fmt.Errorf("%w: %s", ErrUnavailable, to)
+	}
+	if err := l.send(ctx, pid, env, wait); err != nil {
+		return err
+	}
+	n.metrics.record(rec.Command(), Outbound)
+	n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
 	return nil
-}
-
-// SendToRID sends to the current lifecycle of rid.
-func (n *Node) SendToRID(rid string, rec *wire.Record) error {
-	mem, ok := n.members.lookup(rid)
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnavailable, rid)
-	}
-	return n.Send(mem.ID, rec)
 }
 
 // SendEnvelope sends a hand-built envelope as is, with no membership check: for tests

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
@@ -34,6 +36,14 @@ type serveConfig struct {
 	join          []string
 	advertiseHost string
 	meshPreset    mesh.Preset
+
+	// Bounds and timeouts (one client must never hurt the others).
+	maxConnections        int
+	frameTimeout          time.Duration
+	actorIdleTimeout      time.Duration
+	maxBindingsPerSession int
+	maxRelayedRequests    int
+	relayTimeout          time.Duration
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -52,6 +62,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	cfg := serveConfig{maxMessageSize: session.DefaultMaxMessageSize}
+	defaultMaxConns := session.DefaultMaxConnections()
 	fs := flag.NewFlagSet("meshnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var streams listFlag
@@ -74,6 +85,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&join, "join", "mesh address host:port of a node to join, repeatable")
 	fs.StringVar(&cfg.advertiseHost, "advertise-host", "", "host peers and clients use to reach this node (default: the bind host; required with 0.0.0.0)")
 	fs.StringVar(&preset, "mesh-timing", "lan", "memberlist timing: lan (production), local (one host), test (fast, for tests)")
+	fs.IntVar(&cfg.maxConnections, "max-connections", defaultMaxConns, "client connections held at once; past it new ones are refused cleanly (default: the open-files limit less a reserve; -1 = no limit)")
+	fs.DurationVar(&cfg.frameTimeout, "frame-timeout", 10*time.Second, "a frame begun must complete within this, or its connection is closed (-1s = off)")
+	fs.DurationVar(&cfg.actorIdleTimeout, "actor-idle-timeout", actor.DefaultIdleTimeout, "deactivate an Actor with no binding and no message for this long (-1s = never)")
+	fs.IntVar(&cfg.maxBindingsPerSession, "max-bindings-per-session", binding.DefaultMaxBindingsPerSession, "Actors one session may be bound to at once")
+	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
+	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, errUsage
 	}
@@ -122,6 +139,24 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if cfg.idleTimeout < 0 {
 		return cfg, errors.New("flag --idle-timeout: must not be negative")
+	}
+	if cfg.maxConnections == 0 || cfg.maxConnections < -1 {
+		return cfg, errors.New("flag --max-connections: must be positive, or -1 for no limit")
+	}
+	if cfg.frameTimeout == 0 {
+		return cfg, errors.New("flag --frame-timeout: must be positive, or negative to turn it off")
+	}
+	if cfg.actorIdleTimeout == 0 {
+		return cfg, errors.New("flag --actor-idle-timeout: must be positive, or negative for never")
+	}
+	if cfg.maxBindingsPerSession <= 0 {
+		return cfg, errors.New("flag --max-bindings-per-session: must be positive")
+	}
+	if cfg.maxRelayedRequests <= 0 {
+		return cfg, errors.New("flag --max-relayed-requests: must be positive")
+	}
+	if cfg.relayTimeout == 0 {
+		return cfg, errors.New("flag --relay-timeout: must be positive, or negative for never")
 	}
 	if cfg.admin != "" {
 		if _, _, err := net.SplitHostPort(cfg.admin); err != nil {

@@ -55,21 +55,24 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 			log.Warn("mesh leave", "err", err)
 		}
 	}
-	actors, err := actor.NewHost(node, actor.HostOptions{Logger: log})
+	actors, err := actor.NewHost(node, actor.HostOptions{Logger: log, MeterProvider: meters, IdleTimeout: cfg.actorIdleTimeout})
 	if err != nil {
 		leave()
 		return err
 	}
 	defer leave()
 	defer actors.Close()
-	binder := binding.New(node, actors, binding.Options{Logger: log})
+	binder := binding.New(node, actors, binding.Options{Logger: log, RelayTimeout: cfg.relayTimeout,
+		MaxBindingsPerSession: cfg.maxBindingsPerSession, MaxRelayedRequests: cfg.maxRelayedRequests})
+	defer binder.Stop()
 	if err := sampleapp.Register(actors, binder); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
 
-	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, ActorSystem: node.ActorSystem()})
-	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).Session(sampleapp.Type(binder))
+	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, ActorSystem: node.ActorSystem(), MaxConnections: cfg.maxConnections})
+	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).
+		Socket(session.SocketOptions{FrameTimeout: cfg.frameTimeout}).Session(sampleapp.Type(binder))
 	for _, s := range cfg.streams {
 		streamNode.Bind(s)
 	}

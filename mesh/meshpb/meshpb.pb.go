@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: meshpb.proto
+// source: mesh/meshpb/meshpb.proto
 
 package meshpb
 
@@ -29,6 +29,12 @@ const (
 // receiver of a Send has no sender, so the sending node's identity travels here; the
 // addressed generation lets the receiver drop a record meant for an earlier lifecycle
 // of itself as stale.
+//
+// seq and ack are the flow control between two node lifecycles (mesh/flow.go): the
+// sender numbers its envelopes to one peer 1, 2, ...; the receiver acknowledges the
+// highest number that reached it, in ack of its own envelopes to the sender or in an
+// envelope with no frames. The sender keeps at most a bounded count and size of
+// unacknowledged records toward each peer.
 type Envelope struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	FromRid        string                 `protobuf:"bytes,1,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
@@ -36,15 +42,20 @@ type Envelope struct {
 	ToRid          string                 `protobuf:"bytes,3,opt,name=to_rid,json=toRid,proto3" json:"to_rid,omitempty"`
 	ToGeneration   uint64                 `protobuf:"varint,4,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
 	// The record's frames: head+body, then the metadata frame and the payload envelope
-	// when present.
-	Frames        [][]byte `protobuf:"bytes,5,rep,name=frames,proto3" json:"frames,omitempty"`
+	// when present. Empty in an envelope that only acknowledges.
+	Frames [][]byte `protobuf:"bytes,5,rep,name=frames,proto3" json:"frames,omitempty"`
+	// This envelope's number in the flow from sender to receiver; 0: not counted.
+	Seq uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The highest envelope number of the flow from receiver to sender that reached the
+	// sender; 0: none.
+	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meshpb_proto_msgTypes[0]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -56,7 +67,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meshpb_proto_msgTypes[0]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -69,7 +80,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meshpb_proto_rawDescGZIP(), []int{0}
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Envelope) GetFromRid() string {
@@ -107,6 +118,20 @@ func (x *Envelope) GetFrames() [][]byte {
 	return nil
 }
 
+func (x *Envelope) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Envelope) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
 // LookupRequest asks a node's directory where an Actor lives, activating it there on
 // demand. It is directory traffic, not a session-path record.
 type LookupRequest struct {
@@ -124,7 +149,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meshpb_proto_msgTypes[1]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -136,7 +161,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meshpb_proto_msgTypes[1]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -149,7 +174,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meshpb_proto_rawDescGZIP(), []int{1}
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LookupRequest) GetKind() string {
@@ -208,7 +233,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meshpb_proto_msgTypes[2]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +245,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meshpb_proto_msgTypes[2]
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +258,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meshpb_proto_rawDescGZIP(), []int{2}
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LookupResponse) GetActorId() string {
@@ -299,17 +324,19 @@ func (x *LookupResponse) GetOwnerRid() string {
 	return ""
 }
 
-var File_meshpb_proto protoreflect.FileDescriptor
+var File_mesh_meshpb_meshpb_proto protoreflect.FileDescriptor
 
-const file_meshpb_proto_rawDesc = "" +
+const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\n" +
-	"\fmeshpb.proto\x12\rmeshnode.mesh\"\xa2\x01\n" +
+	"\x18mesh/meshpb/meshpb.proto\x12\rmeshnode.mesh\"\xc6\x01\n" +
 	"\bEnvelope\x12\x19\n" +
 	"\bfrom_rid\x18\x01 \x01(\tR\afromRid\x12'\n" +
 	"\x0ffrom_generation\x18\x02 \x01(\x04R\x0efromGeneration\x12\x15\n" +
 	"\x06to_rid\x18\x03 \x01(\tR\x05toRid\x12#\n" +
 	"\rto_generation\x18\x04 \x01(\x04R\ftoGeneration\x12\x16\n" +
-	"\x06frames\x18\x05 \x03(\fR\x06frames\"\xa1\x01\n" +
+	"\x06frames\x18\x05 \x03(\fR\x06frames\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack\"\xa1\x01\n" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
 	"\bactor_id\x18\x02 \x01(\tR\aactorId\x12\x1d\n" +
@@ -330,24 +357,24 @@ const file_meshpb_proto_rawDesc = "" +
 	"\towner_rid\x18\t \x01(\tR\bownerRidB*Z(github.com/meshnode/meshnode/mesh/meshpbb\x06proto3"
 
 var (
-	file_meshpb_proto_rawDescOnce sync.Once
-	file_meshpb_proto_rawDescData []byte
+	file_mesh_meshpb_meshpb_proto_rawDescOnce sync.Once
+	file_mesh_meshpb_meshpb_proto_rawDescData []byte
 )
 
-func file_meshpb_proto_rawDescGZIP() []byte {
-	file_meshpb_proto_rawDescOnce.Do(func() {
-		file_meshpb_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_meshpb_proto_rawDesc), len(file_meshpb_proto_rawDesc)))
+func file_mesh_meshpb_meshpb_proto_rawDescGZIP() []byte {
+	file_mesh_meshpb_meshpb_proto_rawDescOnce.Do(func() {
+		file_mesh_meshpb_meshpb_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_mesh_meshpb_meshpb_proto_rawDesc), len(file_mesh_meshpb_meshpb_proto_rawDesc)))
 	})
-	return file_meshpb_proto_rawDescData
+	return file_mesh_meshpb_meshpb_proto_rawDescData
 }
 
-var file_meshpb_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
-var file_meshpb_proto_goTypes = []any{
+var file_mesh_meshpb_meshpb_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_mesh_meshpb_meshpb_proto_goTypes = []any{
 	(*Envelope)(nil),       // 0: meshnode.mesh.Envelope
 	(*LookupRequest)(nil),  // 1: meshnode.mesh.LookupRequest
 	(*LookupResponse)(nil), // 2: meshnode.mesh.LookupResponse
 }
-var file_meshpb_proto_depIdxs = []int32{
+var file_mesh_meshpb_meshpb_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
 	0, // [0:0] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
@@ -355,26 +382,26 @@ var file_meshpb_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for field type_name
 }
 
-func init() { file_meshpb_proto_init() }
-func file_meshpb_proto_init() {
-	if File_meshpb_proto != nil {
+func init() { file_mesh_meshpb_meshpb_proto_init() }
+func file_mesh_meshpb_meshpb_proto_init() {
+	if File_mesh_meshpb_meshpb_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meshpb_proto_rawDesc), len(file_meshpb_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_meshpb_meshpb_proto_rawDesc), len(file_mesh_meshpb_meshpb_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_meshpb_proto_goTypes,
-		DependencyIndexes: file_meshpb_proto_depIdxs,
-		MessageInfos:      file_meshpb_proto_msgTypes,
+		GoTypes:           file_mesh_meshpb_meshpb_proto_goTypes,
+		DependencyIndexes: file_mesh_meshpb_meshpb_proto_depIdxs,
+		MessageInfos:      file_mesh_meshpb_meshpb_proto_msgTypes,
 	}.Build()
-	File_meshpb_proto = out.File
-	file_meshpb_proto_goTypes = nil
-	file_meshpb_proto_depIdxs = nil
+	File_mesh_meshpb_meshpb_proto = out.File
+	file_mesh_meshpb_meshpb_proto_goTypes = nil
+	file_mesh_meshpb_meshpb_proto_depIdxs = nil
 }

@@ -37,6 +37,10 @@ type Options struct {
 	ConvergeTimeout time.Duration
 	// NoTap leaves the record tap off: benchmarks send millions of records.
 	NoTap bool
+	// PeerWindowRecords and PeerWindowBytes set mesh.Config's flow-control window of
+	// every node (0: the defaults).
+	PeerWindowRecords int
+	PeerWindowBytes   int64
 }
 
 // Timing picks the memberlist timing of a test mesh.
@@ -100,7 +104,8 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 // previous lifecycle's for a restart.
 func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
 	cfg := mesh.Config{Preset: c.opts.Timing.preset(), Logger: c.opts.Logger.With("node", i),
-		RID: rid, MeshPort: meshPort, RemotePort: remotePort}
+		RID: rid, MeshPort: meshPort, RemotePort: remotePort,
+		PeerWindowRecords: c.opts.PeerWindowRecords, PeerWindowBytes: c.opts.PeerWindowBytes}
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}

@@ -31,6 +31,14 @@ type Options struct {
 	NoTap bool
 	// Session overrides the session type (default: the sample session).
 	Session func(b *binding.Binder) session.SessionType
+	// Actor, Binding, Stream and Socket configure every node's Actor host, binder,
+	// STREAM host and stream node (zero values: the defaults).
+	Actor   actor.HostOptions
+	Binding binding.Options
+	Stream  session.HostOptions
+	Socket  session.SocketOptions
+	// Mesh is handed to meshtest (timing, flow-control window).
+	Mesh meshtest.Options
 }
 
 // Events records what probe Actors saw, per ActorId.
@@ -145,24 +153,28 @@ type Fleet struct {
 func Start(t testing.TB, n int, opts Options) *Fleet {
 	t.Helper()
 	f := &Fleet{binders: map[int]*binding.Binder{}, hosts: map[int]*session.Host{}, actors: map[int]*actor.Host{}, Ev: &Events{}}
-	f.Cluster = meshtest.Start(t, n, meshtest.Options{NoTap: opts.NoTap, OnStart: func(i int, node *mesh.Node) func() {
-		ah, err := actor.NewHost(node, actor.HostOptions{})
+	mo := opts.Mesh
+	mo.NoTap = opts.NoTap
+	mo.OnStart = func(i int, node *mesh.Node) func() {
+		ah, err := actor.NewHost(node, opts.Actor)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := binding.New(node, ah, binding.Options{})
+		b := binding.New(node, ah, opts.Binding)
 		if err := sampleapp.Register(ah, b); err != nil {
 			t.Fatal(err)
 		}
 		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{b: b, ev: f.Ev} }}); err != nil {
 			t.Fatal(err)
 		}
-		sh := session.NewHost(session.HostOptions{ActorSystem: node.ActorSystem()})
+		so := opts.Stream
+		so.ActorSystem = node.ActorSystem()
+		sh := session.NewHost(so)
 		st := sampleapp.Type(b)
 		if opts.Session != nil {
 			st = opts.Session(b)
 		}
-		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(st)
+		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Socket(opts.Socket).Session(st)
 		if err := sh.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -171,9 +183,11 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 		f.mu.Unlock()
 		return func() {
 			_ = sh.Close()
+			b.Stop()
 			ah.Close()
 		}
-	}})
+	}
+	f.Cluster = meshtest.Start(t, n, mo)
 	return f
 }
 

@@ -88,16 +88,24 @@ func (e *Echo) bind(ctx context.Context, pkt *session.Packet) error {
 	if arg.Kind == "" {
 		arg.Kind = RoomKind
 	}
-	fence, err := e.b.Actors().Lookup(ctx, arg.Kind, arg.Actor)
-	if err != nil {
-		return pkt.ReplyError(errorCode(err), err.Error())
-	}
 	s := e.b.Session(pkt.Peer)
 	peer := pkt.Peer
 	s.OnReplaced(func(ctx context.Context, actorID string) {
 		_ = peer.SendValue(ctx, "room.replaced", wire.CodecJSON, actorArg{Actor: actorID})
 	})
-	bd, err := s.Bind(ctx, fence)
+	var bd binding.Binding
+	var err error
+	// An idle room may be collected between the lookup and the bind: the bind then
+	// finds no activation, and one more lookup activates the room anew.
+	for attempt := 0; attempt < 2; attempt++ {
+		var fence actor.RouteFence
+		if fence, err = e.b.Actors().Lookup(ctx, arg.Kind, arg.Actor); err != nil {
+			return pkt.ReplyError(errorCode(err), err.Error())
+		}
+		if bd, err = s.Bind(ctx, fence); !errors.Is(err, binding.ErrNotFound) {
+			break
+		}
+	}
 	if err != nil {
 		return pkt.ReplyError(errorCode(err), err.Error())
 	}
@@ -132,6 +140,10 @@ func errorCode(err error) string {
 		return codec.CodeInvalidOperation
 	case errors.Is(err, binding.ErrSessionClosing):
 		return codec.CodeShuttingDown
+	case errors.Is(err, binding.ErrTooManyBindings), errors.Is(err, actor.ErrMailboxFull):
+		return codec.CodeCapacityExceeded
+	case errors.Is(err, actor.ErrNotFound):
+		return codec.CodeNotFound
 	}
 	return codec.CodeUnavailable
 }

@@ -1,0 +1,113 @@
+package actor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Idle collection, as Orleans collects grain activations past their collection age and
+// Akka passivates idle entities: an activation with no session binding that received no
+// message for the idle timeout is deactivated through the normal stop path (its
+// Stopping turn runs, layers above are told). It then leaves Active (and /v1/actors);
+// the next lookup activates it anew, with a new ObjectGeneration.
+
+// collectIfIdle asks an activation, in its own turn, whether it is still idle; the
+// decision is made there so that no message can slip in between check and stop.
+type collectIfIdle struct{}
+
+// sweepInterval is how often the host looks for idle activations: a quarter of the idle
+// timeout, between 10 ms and 30 s.
+func (h *Host) sweepInterval() time.Duration {
+	return min(max(h.idleTimeout/4, 10*time.Millisecond), 30*time.Second)
+}
+
+// sweep runs until the host closes, asking idle activations to collect themselves.
+func (h *Host) sweep() {
+	defer close(h.sweepDone)
+	tick := time.NewTicker(h.sweepInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stopSweep:
+			return
+		case now := <-tick.C:
+			h.clock.Store(now.UnixNano())
+			h.mu.Lock()
+			var idle []*activation
+			for _, a := range h.acts {
+				if h.collectable(a, now) {
+					idle = append(idle, a)
+				}
+			}
+			h.mu.Unlock()
+			for _, a := range idle {
+				h.system.Root.Send(a.pid, collectIfIdle{})
+			}
+		}
+	}
+}
+
+// collectable reports whether a is idle: not held by a binding, nothing queued, no turn
+// for the idle timeout. Turns stamp their activity with the sweeper's clock, so an
+// activation is collected between one idle timeout and one sweep interval more after
+// its last message.
+func (h *Host) collectable(a *activation, now time.Time) bool {
+	return !a.keepActive.Load() && a.queued.Load() == 0 &&
+		now.Sub(time.Unix(0, a.lastActive.Load())) >= h.idleTimeout
+}
+
+// retire removes a from the host's table if it is still the current activation of its
+// ActorId; a lookup from now on activates a new one.
+func (h *Host) retire(a *activation) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.acts[a.fence.ID]; !ok || cur != a {
+		return false
+	}
+	delete(h.acts, a.fence.ID)
+	return true
+}
+
+// Stats are the Actor host's figures (also exported as metrics).
+type Stats struct {
+	Active          int   // activations on this node
+	Collected       int64 // activations deactivated because they were idle
+	MailboxRejected int64 // messages refused because an Actor's mailbox was full
+}
+
+// Stats returns the current figures.
+func (h *Host) Stats() Stats {
+	h.mu.Lock()
+	n := len(h.acts)
+	h.mu.Unlock()
+	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load()}
+}
+
+func (h *Host) registerMetrics(mp metric.MeterProvider) error {
+	m := mp.Meter("github.com/meshnode/meshnode/actor")
+	active, err := m.Int64ObservableGauge("meshnode.actor.activations", metric.WithUnit("{actor}"),
+		metric.WithDescription("Actor activations on this node."))
+	if err != nil {
+		return err
+	}
+	collected, err := m.Int64ObservableCounter("meshnode.actor.collected", metric.WithUnit("{actor}"),
+		metric.WithDescription("Activations deactivated because they were idle (no binding, no message for the idle timeout)."))
+	if err != nil {
+		return err
+	}
+	rejected, err := m.Int64ObservableCounter("meshnode.actor.mailbox_rejected", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages refused because the Actor's mailbox was at its bound."))
+	if err != nil {
+		return err
+	}
+	h.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := h.Stats()
+		o.ObserveInt64(active, int64(s.Active))
+		o.ObserveInt64(collected, s.Collected)
+		o.ObserveInt64(rejected, s.MailboxRejected)
+		return nil
+	}, active, collected, rejected)
+	return err
+}

@@ -1,0 +1,397 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/meshnode/meshnode/internal/wake"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+)
+
+// Flow control between node lifecycles.
+//
+// protoactor-go remote has no backpressure: a Send never blocks, and the queue toward a
+// slow or unreachable peer (its endpoint writer's mailbox) grows without limit. So this
+// node counts what it sent to each peer and the peer has not acknowledged yet, and
+// keeps that under a count and a size: the records in protoactor's queue, in gRPC, on
+// the network and in the peer's reader. A sender that finds its peer's window full
+// waits (bounded by its context) or fails with ErrBackpressure; sessions that relay to
+// the peer stop pulling packets meanwhile (PeerBlocked).
+//
+// Each envelope toward a peer carries a number (seq); the peer acknowledges the highest
+// number that reached it (ack), inside its own envelopes toward this node or in an
+// envelope with no frames when it has nothing to send. An envelope reaches a node when
+// it is put into the mailbox of the actor it is addressed to (the node's record
+// receiver or an Actor activation), so the window covers transit, not the receiver's
+// processing: a slow Actor cannot stall every session that talks to its node (its
+// mailbox has its own bound). Acknowledging the highest number also releases envelopes
+// the receiver dropped or that were lost, so a window never leaks.
+
+// ErrBackpressure: the peer's window is full (its unacknowledged records reached the
+// count or size bound) and the record was not sent before the caller's deadline, or at
+// once for a caller that does not wait.
+var ErrBackpressure = errors.New("mesh: peer queue full")
+
+// Defaults of the flow control.
+const (
+	// DefaultPeerWindowRecords bounds the unacknowledged records toward one peer.
+	DefaultPeerWindowRecords = 8192
+	// DefaultPeerWindowBytes bounds the unacknowledged record bytes toward one peer.
+	DefaultPeerWindowBytes = 16 << 20
+	// DefaultSendWait bounds how long a send waits for window space when its context
+	// has no deadline.
+	DefaultSendWait = 5 * time.Second
+	// ackDelay is how long a receiver may sit on an acknowledgement it owes when it
+	// has nothing to send back to carry it.
+	ackDelay = 5 * time.Millisecond
+)
+
+// inflightEntry is one unacknowledged envelope.
+type inflightEntry struct {
+	seq   uint64
+	bytes int64
+}
+
+// peerLink is the flow control with one peer lifecycle, both directions.
+type peerLink struct {
+	n  *Node
+	id NodeID
+
+	// Toward the peer.
+	mu       sync.Mutex
+	nextSeq  uint64
+	inflight []inflightEntry // FIFO from head
+	head     int
+	records  int
+	bytes    int64
+	dead     bool
+	full     atomic.Bool // mirror of "no room for one more record", read lock-free
+	space    wake.Signal // notified when acknowledgements free room or the link dies
+
+	// From the peer.
+	recvSeq   atomic.Uint64 // highest envelope number that reached this node
+	recvBytes atomic.Int64  // bytes received since the last acknowledgement
+	ackedSeq  atomic.Uint64 // highest number acknowledged to the peer
+	ackArmed  atomic.Bool
+	ackTimer  *time.Timer
+}
+
+// flow is the node's set of links, one per live peer lifecycle.
+type flow struct {
+	n          *Node
+	maxRecords int
+	maxBytes   int64
+
+	mu    sync.Mutex
+	links atomic.Pointer[map[NodeID]*peerLink] // copy on write: read per record
+
+	waits, refused atomic.Int64 // sends that waited for room; sends that failed for lack of it
+}
+
+func newFlow(n *Node, maxRecords int, maxBytes int64) *flow {
+	if maxRecords <= 0 {
+		maxRecords = DefaultPeerWindowRecords
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultPeerWindowBytes
+	}
+	f := &flow{n: n, maxRecords: maxRecords, maxBytes: maxBytes}
+	empty := map[NodeID]*peerLink{}
+	f.links.Store(&empty)
+	return f
+}
+
+func (f *flow) get(id NodeID) *peerLink { return (*f.links.Load())[id] }
+
+// link returns the link to the live member id, making it on first use; nil when id is
+// not a live member.
+func (f *flow) link(id NodeID) *peerLink {
+	if l := f.get(id); l != nil {
+		return l
+	}
+	if _, live := f.n.members.live(id); !live {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := *f.links.Load()
+	if l := cur[id]; l != nil {
+		return l
+	}
+	l := &peerLink{n: f.n, id: id}
+	next := make(map[NodeID]*peerLink, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[id] = l
+	f.links.Store(&next)
+	return l
+}
+
+// drop ends the link to a departed peer: its waiting senders fail, nothing more is
+// acknowledged to it.
+func (f *flow) drop(id NodeID) {
+	f.mu.Lock()
+	cur := *f.links.Load()
+	l := cur[id]
+	if l != nil {
+		next := make(map[NodeID]*peerLink, len(cur))
+		for k, v := range cur {
+			if k != id {
+				next[k] = v
+			}
+		}
+		f.links.Store(&next)
+	}
+	f.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.dead = true
+	l.inflight, l.head, l.records, l.bytes = nil, 0, 0, 0
+	l.mu.Unlock()
+	l.full.Store(false)
+	if l.ackTimer != nil {
+		l.ackTimer.Stop()
+	}
+	l.space.Notify()
+}
+
+// stop ends every link (the node is stopping).
+func (f *flow) stop() {
+	for id := range *f.links.Load() {
+		f.drop(id)
+	}
+}
+
+// send numbers env, counts it against the peer's window and hands it to protoactor.
+// With wait it waits for room until ctx ends, or DefaultSendWait when ctx has no
+// deadline (ErrBackpressure wrapping the context's error); without, a full window
+// fails at once with ErrBackpressure.
+func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelope, wait bool) error {
+	f := l.n.flow
+	size := envelopeSize(env)
+	var expired <-chan time.Time // made only when a send has to wait
+	for {
+		l.mu.Lock()
+		if l.dead {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: %s", ErrUnavailable, l.id)
+		}
+		if l.records == 0 || (l.records < f.maxRecords && l.bytes+size <= f.maxBytes) {
+			l.nextSeq++
+			env.Seq = l.nextSeq
+			env.Ack = l.recvSeq.Load()
+			l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, bytes: size})
+			l.records++
+			l.bytes += size
+			l.full.Store(l.records >= f.maxRecords || l.bytes >= f.maxBytes)
+			// Sent under the lock: envelope numbers leave in order.
+			l.n.system.Root.Send(pid, env)
+			l.mu.Unlock()
+			if env.Ack > 0 {
+				l.acked(env.Ack)
+			}
+			return nil
+		}
+		ch := l.space.Wait()
+		l.mu.Unlock()
+		if !wait {
+			f.refused.Add(1)
+			return fmt.Errorf("%w: %s", ErrBackpressure, l.id)
+		}
+		if expired == nil {
+			f.waits.Add(1)
+			wait := DefaultSendWait
+			if dl, ok := ctx.Deadline(); ok {
+				wait = time.Until(dl)
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			f.refused.Add(1)
+			return fmt.Errorf("%w: %s: %w", ErrBackpressure, l.id, ctx.Err())
+		case <-expired:
+			f.refused.Add(1)
+			return fmt.Errorf("%w: %s: %w", ErrBackpressure, l.id, context.DeadlineExceeded)
+		case <-l.n.stop:
+			return ErrStopped
+		}
+	}
+}
+
+// onAck releases the envelopes up to seq.
+func (l *peerLink) onAck(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	f := l.n.flow
+	l.mu.Lock()
+	freed := false
+	for l.head < len(l.inflight) && l.inflight[l.head].seq <= seq {
+		e := l.inflight[l.head]
+		l.head++
+		l.records--
+		l.bytes -= e.bytes
+		freed = true
+	}
+	if l.head == len(l.inflight) {
+		l.inflight, l.head = l.inflight[:0], 0
+	} else if l.head > 1024 && l.head > len(l.inflight)/2 {
+		l.inflight = append(l.inflight[:0], l.inflight[l.head:]...)
+		l.head = 0
+	}
+	if freed {
+		l.full.Store(l.records >= f.maxRecords || l.bytes >= f.maxBytes)
+	}
+	l.mu.Unlock()
+	if freed {
+		l.space.Notify()
+	}
+}
+
+// arrived records an envelope from the peer: its acknowledgement, and the
+// acknowledgement this node now owes.
+func (l *peerLink) arrived(env *meshpb.Envelope) {
+	l.onAck(env.Ack)
+	if env.Seq == 0 {
+		return
+	}
+	for {
+		cur := l.recvSeq.Load()
+		if env.Seq <= cur || l.recvSeq.CompareAndSwap(cur, env.Seq) {
+			break
+		}
+	}
+	f := l.n.flow
+	owed := l.recvSeq.Load() - l.ackedSeq.Load()
+	bytes := l.recvBytes.Add(envelopeSize(env))
+	if owed >= uint64(f.maxRecords/4) || bytes >= f.maxBytes/4 {
+		l.flushAck()
+		return
+	}
+	if l.ackArmed.CompareAndSwap(false, true) {
+		l.mu.Lock()
+		if l.ackTimer == nil {
+			l.ackTimer = time.AfterFunc(ackDelay, l.flushAckTimer)
+		} else {
+			l.ackTimer.Reset(ackDelay)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *peerLink) flushAckTimer() {
+	l.ackArmed.Store(false)
+	l.flushAck()
+}
+
+// flushAck sends the acknowledgement owed, in an envelope of its own.
+func (l *peerLink) flushAck() {
+	seq := l.recvSeq.Load()
+	if seq <= l.ackedSeq.Load() {
+		return
+	}
+	mem, live := l.n.members.live(l.id)
+	if !live || l.n.stopping.Load() {
+		return
+	}
+	l.acked(seq)
+	self := l.n.id
+	l.n.system.Root.Send(l.n.recordsPID(mem.RemoteAddr), &meshpb.Envelope{
+		FromRid: self.RID, FromGeneration: self.Generation, ToRid: l.id.RID, ToGeneration: l.id.Generation, Ack: seq,
+	})
+}
+
+// acked notes that the peer was told seq (the acknowledgement only moves forward).
+func (l *peerLink) acked(seq uint64) {
+	for {
+		cur := l.ackedSeq.Load()
+		if seq <= cur {
+			return
+		}
+		if l.ackedSeq.CompareAndSwap(cur, seq) {
+			l.recvBytes.Store(0)
+			return
+		}
+	}
+}
+
+func envelopeSize(env *meshpb.Envelope) int64 {
+	var n int64
+	for _, f := range env.Frames {
+		n += int64(len(f))
+	}
+	return n
+}
+
+// Arrived must be called for every envelope that reaches this node (once; a second call
+// is harmless), when it is put into the mailbox of the actor it is addressed to
+// (before it waits there): it
+// feeds the flow control of the peer that sent it. The node's record receiver does it
+// for the envelopes addressed to it; the Actor host for those addressed to
+// activations. It reports whether the envelope carries a record (false for an
+// envelope that only acknowledges).
+func (n *Node) Arrived(env *meshpb.Envelope) bool {
+	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
+	if from != n.id && (env.ToRid == n.id.RID && env.ToGeneration == n.id.Generation) {
+		if l := n.flow.link(from); l != nil {
+			l.arrived(env)
+		}
+	}
+	return len(env.Frames) > 0
+}
+
+// PeerBlocked returns nil while the window toward the live member to has room, or a
+// channel that is closed when room may have come back. Sessions that relay to to stop
+// pulling packets until then.
+func (n *Node) PeerBlocked(to NodeID) <-chan struct{} {
+	l := n.flow.get(to)
+	if l == nil || !l.full.Load() {
+		return nil
+	}
+	ch := l.space.Wait()
+	if !l.full.Load() {
+		return nil
+	}
+	return ch
+}
+
+// FlowStats is the flow control toward every peer, summed.
+type FlowStats struct {
+	Peers         int   // links
+	FullPeers     int   // links whose window is full now
+	Unacked       int   // records sent and not yet acknowledged
+	UnackedBytes  int64 // their bytes
+	Waits         int64 // sends that waited for room
+	Backpressured int64 // sends that failed for lack of room
+}
+
+// FlowStats returns the current flow-control figures (also exported as metrics).
+func (n *Node) FlowStats() FlowStats {
+	var s FlowStats
+	for _, l := range *n.flow.links.Load() {
+		s.Peers++
+		if l.full.Load() {
+			s.FullPeers++
+		}
+		l.mu.Lock()
+		s.Unacked += l.records
+		s.UnackedBytes += l.bytes
+		l.mu.Unlock()
+	}
+	s.Waits = n.flow.waits.Load()
+	s.Backpressured = n.flow.refused.Load()
+	return s
+}
