@@ -215,6 +215,7 @@ type Stats struct {
 	Bindings        int   // current bindings of those sessions (session-owner side)
 	Pending         int   // 38s waiting for their terminal
 	RelayedRequests int   // relayed Requests waiting for their replies
+	Relayed         int   // relayed packets their Actors have not consumed yet (window.go)
 	RelayTimeouts   int64 // relayed Requests failed with deadline_exceeded
 	PeerFailures    int64 // relayed Requests and binds failed because their node failed
 }
@@ -233,6 +234,7 @@ func (b *Binder) Stats() Stats {
 		s.mu.Lock()
 		st.Bindings += len(s.binds)
 		st.RelayedRequests += len(s.requests)
+		st.Relayed += int(s.relayedCount.Load())
 		s.mu.Unlock()
 	}
 	return st

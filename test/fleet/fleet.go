@@ -46,6 +46,37 @@ type Events struct {
 	mu    sync.Mutex
 	got   map[string][]string
 	ticks atomic.Int64
+	gate  chan struct{} // room.sleep turns wait on it (Hold, Wake)
+}
+
+// Hold makes probe Actors block in their room.sleep turns until Wake.
+func (e *Events) Hold() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gate == nil {
+		e.gate = make(chan struct{})
+	}
+}
+
+// Wake lets every room.sleep turn return. The fleet wakes them when the test ends.
+func (e *Events) Wake() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gate != nil {
+		close(e.gate)
+		e.gate = nil
+	}
+}
+
+var closedGate = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (e *Events) sleepGate() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gate == nil {
+		return closedGate
+	}
+	return e.gate
 }
 
 // Ticks returns how many room.tick relays probe Actors received (counted, not
@@ -130,6 +161,13 @@ func (p *probe) Receive(ctx *actor.Context) {
 			_ = p.b.Reply(ctx, m, wire.CodecJSON, []byte(`{"actor":"`+id+`","node":"`+ctx.Self().Node.RID+`"}`))
 		case m.Name == "room.say":
 			_ = p.b.Push(ctx, "room.said", m.Codec, m.Payload)
+		case m.Name == "room.sleep":
+			// Blocks this Actor's turn until Events.Wake.
+			<-p.ev.sleepGate()
+			p.ev.Add(id, "woke")
+			if m.Request {
+				_ = p.b.Reply(ctx, m, wire.CodecJSON, []byte(`{}`))
+			}
 		case m.Name == "room.hold" && m.Request:
 			// Answered only on a "release" message.
 			p.held = append(p.held, m)
@@ -188,6 +226,7 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 		}
 	}
 	f.Cluster = meshtest.Start(t, n, mo)
+	t.Cleanup(f.Ev.Wake) // runs before the cluster stops: no Actor turn stays blocked
 	return f
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"golang.org/x/net/context"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -45,9 +44,13 @@ func (state *endpointWriter) initialize(ctx actor.Context) {
 		err = state.initializeInternal()
 		if err != nil {
 			state.remote.Logger().Error("EndpointWriter failed to connect", slog.String("address", state.address), slog.Any("error", err), slog.Int("retry", i))
-			// Wait 2 seconds to restart and retry
-			// Replace with Exponential Backoff
-			time.Sleep(2 * time.Second)
+			// Wait 2 seconds to restart and retry; meshnode patch: not past the
+			// remote's shutdown.
+			select {
+			case <-time.After(2 * time.Second):
+			case <-state.remote.stopCtx.Done():
+				i = state.remote.config.MaxRetryCount
+			}
 			continue
 		}
 
@@ -78,14 +81,22 @@ func (state *endpointWriter) initialize(ctx actor.Context) {
 	state.remote.Logger().Info("EndpointWriter connected", slog.String("address", state.address), slog.Duration("cost", time.Since(now)))
 }
 
-func (state *endpointWriter) initializeInternal() error {
+func (state *endpointWriter) initializeInternal() (err error) {
 	conn, err := grpc.Dial(state.address, state.config.DialOptions...)
 	if err != nil {
 		return err
 	}
 	state.conn = conn
+	// meshnode patch: a failed attempt closes its connection; otherwise each retry
+	// leaks a gRPC ClientConn that keeps reconnecting to the dead peer forever.
+	defer func() {
+		if err != nil {
+			_ = conn.Close()
+			state.conn, state.stream = nil, nil
+		}
+	}()
 	c := NewRemotingClient(conn)
-	stream, err := c.Receive(context.Background(), state.config.CallOptions...)
+	stream, err := c.Receive(state.remote.stopCtx, state.config.CallOptions...)
 	if err != nil {
 		state.remote.Logger().Error("EndpointWriter failed to create receive stream", slog.String("address", state.address), slog.Any("error", err))
 		return err

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	stdcontext "context"
 	"fmt"
 	"io/ioutil"
 	"log/slog"
@@ -26,6 +27,11 @@ type Remote struct {
 	kinds        map[string]*actor.Props
 	activatorPid *actor.PID
 	blocklist    *BlockList
+
+	// meshnode patch: done when the remote shuts down, so that endpoint writers stop
+	// retrying connections (and close them) instead of outliving it.
+	stopCtx  stdcontext.Context
+	stopFunc stdcontext.CancelFunc
 }
 
 func NewRemote(actorSystem *actor.ActorSystem, config *Config) *Remote {
@@ -35,6 +41,7 @@ func NewRemote(actorSystem *actor.ActorSystem, config *Config) *Remote {
 		kinds:       make(map[string]*actor.Props),
 		blocklist:   NewBlockList(),
 	}
+	r.stopCtx, r.stopFunc = stdcontext.WithCancel(stdcontext.Background())
 	for k, v := range config.Kinds {
 		r.kinds[k] = v
 	}
@@ -98,6 +105,7 @@ func (r *Remote) Start() {
 }
 
 func (r *Remote) Shutdown(graceful bool) {
+	r.stopFunc()
 	if graceful {
 		// TODO: need more graceful
 		r.edpReader.suspend(true)

@@ -1,0 +1,71 @@
+package actor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshtest"
+)
+
+// blocking is an Actor whose turns wait until release is closed.
+type blocking struct {
+	entered chan<- struct{}
+	release <-chan struct{}
+}
+
+func (b *blocking) Receive(ctx *actor.Context) {
+	if _, ok := ctx.Message().(*actor.Message); ok {
+		select {
+		case b.entered <- struct{}{}:
+		default:
+		}
+		<-b.release
+	}
+}
+
+// An Actor's mailbox holds at most MaxMailbox messages: a local send past it fails at
+// once with ErrMailboxFull (capacity exceeded) instead of queueing without bound, and
+// the refusal is counted.
+func TestMailbox_LocalSendPastTheBoundFailsWithErrMailboxFull(t *testing.T) {
+	const max = 4
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var h *actor.Host
+	meshtest.Start(t, 1, meshtest.Options{OnStart: func(_ int, node *mesh.Node) func() {
+		var err error
+		h, err = actor.NewHost(node, actor.HostOptions{MaxMailbox: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Register(actor.Kind{Name: "blocking", New: func() actor.Actor { return &blocking{entered: entered, release: release} }}); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			close(release)
+			h.Close()
+		}
+	}})
+	ctx := context.Background()
+	to, err := h.Lookup(ctx, "blocking", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(ctx, to, actor.Message{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the first message is in its turn, out of the mailbox
+	for i := range max {
+		if err := h.Send(ctx, to, actor.Message{Name: "queued"}); err != nil {
+			t.Fatalf("send %d of %d into the mailbox: %v", i+1, max, err)
+		}
+	}
+	if err := h.Send(ctx, to, actor.Message{Name: "over"}); !errors.Is(err, actor.ErrMailboxFull) {
+		t.Fatalf("send past the bound: %v, want ErrMailboxFull", err)
+	}
+	if n := h.Stats().MailboxRejected; n != 1 {
+		t.Errorf("MailboxRejected = %d, want 1", n)
+	}
+}
