@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: run test bench fuzz lint build cluster proto
+.PHONY: run test bench abuse fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
@@ -32,6 +32,13 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./session/... ./mesh/... ./actor/... ./test/... | tee bench.out
 	$(GO) run ./test/benchreport < bench.out
+
+## abuse: the load-and-abuse suite in full (hostile clients against real meshnode
+## processes, a few minutes); prints each scenario's figures. `make test` runs its
+## short form.
+abuse:
+	@MESHNODE_ABUSE=full $(GO) test -count=1 -v -timeout 60m ./test/abuse > abuse.out 2>&1; rc=$$?; \
+	  grep -E '^(--- |ok|FAIL|panic)|FIGURE|_test.go' abuse.out; exit $$rc
 
 ## fuzz: every fuzz target for FUZZTIME each
 fuzz:

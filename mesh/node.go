@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
-	if n.metrics, err = newMeshMetrics(cfg.MeterProvider); err != nil {
+	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.FlowStats); err != nil {
 		return nil, fmt.Errorf("mesh metrics: %w", err)
 	}
 

@@ -357,7 +357,7 @@ type meshMetrics struct {
 	reg   metric.Registration
 }
 
-func newMeshMetrics(mp metric.MeterProvider) (*meshMetrics, error) {
+func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats) (*meshMetrics, error) {
 	m := &meshMetrics{}
 	var err error
 	zm := mp.Meter("zlink.framework")
@@ -371,8 +371,33 @@ func newMeshMetrics(mp metric.MeterProvider) (*meshMetrics, error) {
 		metric.WithDescription("Inbound records dropped before dispatch, by reason.")); err != nil {
 		return nil, err
 	}
+	unacked, err := mm.Int64ObservableGauge("meshnode.mesh.peer_window.unacked", metric.WithUnit("{record}"),
+		metric.WithDescription("Records sent to peers and not yet acknowledged by them (all peers)."))
+	if err != nil {
+		return nil, err
+	}
+	unackedBytes, err := mm.Int64ObservableGauge("meshnode.mesh.peer_window.unacked_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the records sent to peers and not yet acknowledged by them (all peers)."))
+	if err != nil {
+		return nil, err
+	}
+	fullPeers, err := mm.Int64ObservableGauge("meshnode.mesh.peer_window.full_peers", metric.WithUnit("{node}"),
+		metric.WithDescription("Peers whose window is full now: sends to them wait, sessions relaying to them do not pull."))
+	if err != nil {
+		return nil, err
+	}
+	waits, err := mm.Int64ObservableCounter("meshnode.mesh.peer_window.waits", metric.WithUnit("{record}"),
+		metric.WithDescription("Sends that waited for room in a peer's window."))
+	if err != nil {
+		return nil, err
+	}
 	dirs := [2]string{string(Inbound), string(Outbound)}
 	m.reg, err = mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		fs := flowStats()
+		o.ObserveInt64(unacked, int64(fs.Unacked))
+		o.ObserveInt64(unackedBytes, fs.UnackedBytes)
+		o.ObserveInt64(fullPeers, int64(fs.FullPeers))
+		o.ObserveInt64(waits, fs.Waits)
 		for cmd := range m.byCmd {
 			for d := range dirs {
 				if v := m.byCmd[cmd][d].Load(); v > 0 {
@@ -382,7 +407,7 @@ func newMeshMetrics(mp metric.MeterProvider) (*meshMetrics, error) {
 			}
 		}
 		return nil
-	}, records)
+	}, records, unacked, unackedBytes, fullPeers, waits)
 	if err != nil {
 		return nil, err
 	}

@@ -216,7 +216,13 @@ func (c *conn) waitIngress() bool {
 		case <-c.closing:
 			return false
 		}
-		ch, _ = c.ingressBlocked()
+		var now int
+		if ch, now = c.ingressBlocked(); ch != nil && now != why {
+			// Held by another bound now: the gauge follows.
+			c.host.metrics.paused(why, -1)
+			c.host.metrics.paused(now, 1)
+			why = now
+		}
 	}
 	return true
 }

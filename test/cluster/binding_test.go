@@ -3,12 +3,12 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/test/proc"
 )
 
 func dial(t *testing.T, endpoint string) *connector.Connector {
@@ -32,43 +32,8 @@ func dial(t *testing.T, endpoint string) *connector.Connector {
 // Bind, relay, push and replacement across two meshnode processes, with the sample
 // app's room Actor.
 func TestTwoProcessesBindRelayPushReplace(t *testing.T) {
-	bin := buildBinary(t)
-	procs := make([]*proc, 2)
-	streams := make([]string, 2)
-	for i := range procs {
-		streams[i] = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-		p := &proc{
-			id:     fmt.Sprintf("node-%d", i),
-			admin:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			mesh:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			remote: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		}
-		p.args = []string{"--node-id", p.id, "--stream", streams[i], "--admin", p.admin,
-			"--mesh", p.mesh, "--remote", p.remote, "--mesh-timing", "test"}
-		if i > 0 {
-			p.args = append(p.args, "--join", procs[0].mesh)
-		}
-		procs[i] = p
-	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			p.stop()
-		}
-	})
-	for _, p := range procs {
-		p.start(t, bin)
-	}
-	for _, p := range procs {
-		eventually(t, p.id+" sees two members", func() bool {
-			alive := 0
-			for _, m := range members(t, p.admin) {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			return alive == 2
-		})
-	}
+	procs := startFleet(t, 2, "test")
+	streams := []string{procs[0].Endpoints["tcp"], procs[1].Endpoints["tcp"]}
 
 	first := dial(t, streams[0])
 	replaced := make(chan string, 1)
@@ -134,7 +99,7 @@ func TestTwoProcessesBindRelayPushReplace(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("first session not told it was replaced")
 	}
-	eventually(t, "replaced session closed", func() bool { return first.State() != connector.StateConnected })
+	proc.Eventually(t, "replaced session closed", func() bool { return first.State() != connector.StateConnected })
 	if err := second.Request(ctx, "room.echo", map[string]int{"after": 1}, &echo); err != nil || echo.Actor != room {
 		t.Fatalf("new session relay: %+v %v", echo, err)
 	}

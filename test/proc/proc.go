@@ -1,0 +1,427 @@
+// Package proc runs real meshnode processes for tests: it builds the binary once per
+// test binary, starts processes on loopback (OS-chosen ports unless told otherwise),
+// reads where they listen from their output, signals them (SIGSTOP, SIGKILL), and reads
+// their admin endpoints (/v1/members, /v1/actors, /metrics) and their memory.
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Wait bounds every wait of the kit.
+const Wait = 30 * time.Second
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binary builds cmd/meshnode once for the whole test binary and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "meshnode-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "meshnode"), "github.com/meshnode/meshnode/cmd/meshnode")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("build meshnode: %w: %s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "meshnode")
+}
+
+// Cleanup removes the built binary; call it from TestMain after the tests ran.
+func Cleanup() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+// FreePort returns a port free now, chosen below the kernel's ephemeral range: tests
+// running in parallel packages bind port 0 and get ephemeral ports, so they can never
+// take a port given here (say, one a restarted process takes back).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		udp, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		_ = tcp.Close()
+		if err != nil {
+			continue
+		}
+		_ = udp.Close()
+		return port
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return 0
+}
+
+// Config describes one process.
+type Config struct {
+	// ID is the node RID (--node-id).
+	ID string
+	// Mesh, Remote and Admin are host:port; empty means 127.0.0.1:0 (the OS chooses,
+	// the kit reads the real one from the process's output).
+	Mesh, Remote, Admin string
+	// Streams are --stream endpoints (default tcp and ws on port 0).
+	Streams []string
+	// Join lists mesh addresses to join.
+	Join []string
+	// Timing is --mesh-timing (default test).
+	Timing string
+	// Args are extra flags.
+	Args []string
+	// OpenFiles, when positive, runs the process with that open-files limit.
+	OpenFiles int
+}
+
+// Node is one running meshnode process.
+type Node struct {
+	Config
+	// Endpoints are the STREAM endpoints the process printed, by scheme.
+	Endpoints map[string]string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	stderr    *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.b.String()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return s
+}
+
+var (
+	reNode   = regexp.MustCompile(`^meshnode: node \S+ generation \d+, mesh (\S+), remote (\S+)$`)
+	reAdmin  = regexp.MustCompile(`^meshnode: admin http://(\S+) `)
+	reStream = regexp.MustCompile(`^meshnode: stream (\w+)://(\S+)$`)
+)
+
+// Start starts a process and waits until it is ready; it is stopped (SIGTERM, then
+// SIGKILL) when the test ends.
+func Start(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	bin := Binary(t)
+	if cfg.Mesh == "" {
+		cfg.Mesh = "127.0.0.1:0"
+	}
+	if cfg.Remote == "" {
+		cfg.Remote = "127.0.0.1:0"
+	}
+	if cfg.Admin == "" {
+		cfg.Admin = "127.0.0.1:0"
+	}
+	if cfg.Streams == nil {
+		cfg.Streams = []string{"tcp://127.0.0.1:0", "ws://127.0.0.1:0/"}
+	}
+	if cfg.Timing == "" {
+		cfg.Timing = "test"
+	}
+	args := []string{"--mesh", cfg.Mesh, "--remote", cfg.Remote, "--admin", cfg.Admin, "--mesh-timing", cfg.Timing}
+	if cfg.ID != "" {
+		args = append(args, "--node-id", cfg.ID)
+	}
+	for _, s := range cfg.Streams {
+		args = append(args, "--stream", s)
+	}
+	for _, j := range cfg.Join {
+		args = append(args, "--join", j)
+	}
+	args = append(args, cfg.Args...)
+	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &lockedBuffer{}}
+	if cfg.OpenFiles > 0 {
+		quoted := make([]string, len(args))
+		for i, a := range args {
+			quoted[i] = "'" + a + "'"
+		}
+		n.cmd = exec.Command("sh", "-c", fmt.Sprintf("ulimit -n %d && exec '%s' %s", cfg.OpenFiles, bin, strings.Join(quoted, " ")))
+	} else {
+		n.cmd = exec.Command(bin, args...)
+	}
+	out, err := n.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cmd.Stderr = n.stderr
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	ready := make(chan struct{})
+	var mu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			if m := reNode.FindStringSubmatch(line); m != nil {
+				n.Mesh, n.Remote = m[1], m[2]
+			}
+			if m := reAdmin.FindStringSubmatch(line); m != nil {
+				n.Admin = m[1]
+			}
+			if m := reStream.FindStringSubmatch(line); m != nil {
+				n.Endpoints[m[1]] = m[1] + "://" + m[2]
+			}
+			mu.Unlock()
+			if !signalled && strings.HasPrefix(line, "meshnode: ready") {
+				close(ready)
+				signalled = true
+			}
+		}
+		_ = n.cmd.Wait()
+		close(n.exited)
+	}()
+	select {
+	case <-ready:
+	case <-n.exited:
+		t.Fatalf("meshnode %s exited before it was ready: %s", cfg.ID, n.stderr.tail(2000))
+	case <-time.After(Wait):
+		t.Fatalf("meshnode %s not ready after %v: %s", cfg.ID, Wait, n.stderr.tail(2000))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return n
+}
+
+// Stderr returns the end of the process's log.
+func (n *Node) Stderr() string { return n.stderr.tail(4000) }
+
+// Exited is closed when the process has exited.
+func (n *Node) Exited() <-chan struct{} { return n.exited }
+
+// PID returns the process id (of meshnode itself, also when it runs under a shell
+// that set its limits: the shell execs it).
+func (n *Node) PID() int { return n.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (n *Node) Signal(sig syscall.Signal) {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(sig)
+	}
+}
+
+// Stop drains and stops the process (SIGTERM), or kills it if it does not stop within
+// 15 s. A stopped (SIGSTOP) process is continued first.
+func (n *Node) Stop() {
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	n.Signal(syscall.SIGCONT)
+	n.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(15 * time.Second):
+		n.Signal(syscall.SIGKILL)
+		<-n.exited
+	}
+}
+
+// Kill kills the process (SIGKILL) and waits until it is gone.
+func (n *Node) Kill() {
+	n.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// Member is one row of /v1/members.
+type Member struct {
+	RID        string `json:"rid"`
+	Generation uint64 `json:"generation"`
+	Address    string `json:"address"`
+	State      string `json:"state"`
+}
+
+// Members returns the process's view of the mesh (nil when the admin endpoint does not
+// answer).
+func (n *Node) Members() []Member {
+	var ms []Member
+	if err := n.getJSON("/v1/members", &ms); err != nil {
+		return nil
+	}
+	return ms
+}
+
+// Alive counts the members the process sees alive.
+func (n *Node) Alive() int {
+	alive := 0
+	for _, m := range n.Members() {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	return alive
+}
+
+// Actors returns how many Actors the process hosts (-1 when it does not answer).
+func (n *Node) Actors() int {
+	var as []json.RawMessage
+	if err := n.getJSON("/v1/actors", &as); err != nil {
+		return -1
+	}
+	return len(as)
+}
+
+var adminClient = &http.Client{Timeout: 5 * time.Second}
+
+func (n *Node) getJSON(path string, v any) error {
+	resp, err := adminClient.Get("http://" + n.Admin + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Metrics returns the process's /metrics text.
+func (n *Node) Metrics() (string, error) {
+	resp, err := adminClient.Get("http://" + n.Admin + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// Metric returns the sum of the samples of the Prometheus metric name whose labels
+// include every label given as "key=value" (-1 when /metrics does not answer).
+func (n *Node) Metric(name string, labels ...string) float64 {
+	text, err := n.Metrics()
+	if err != nil {
+		return -1
+	}
+	return Sum(text, name, labels...)
+}
+
+// Sum adds the samples of metric name in a Prometheus text exposition whose labels
+// include every label given as "key=value".
+func Sum(text, name string, labels ...string) float64 {
+	total := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		var lbls string
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			end := strings.Index(rest, "}")
+			if end < 0 {
+				continue
+			}
+			lbls, rest = rest[1:end], rest[end+1:]
+		case strings.HasPrefix(rest, " "):
+		default:
+			continue // a longer metric name
+		}
+		ok := true
+		for _, l := range labels {
+			k, v, _ := strings.Cut(l, "=")
+			if !strings.Contains(","+lbls+",", ","+k+`="`+v+`",`) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err == nil {
+			total += f
+		}
+	}
+	return total
+}
+
+// RSS returns the process's resident set size in bytes (0 when unknown).
+func (n *Node) RSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.PID()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// HeapInUse returns the Go heap in use of the process, from its metrics (0 when
+// unknown).
+func (n *Node) HeapInUse() int64 {
+	v := n.Metric("go_memstats_heap_inuse_bytes")
+	if v < 0 {
+		return 0
+	}
+	return int64(v)
+}
+
+// Eventually polls cond every 20 ms until it holds, failing the test after Wait.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting: %s", Wait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
