@@ -144,6 +144,29 @@ func dialRaw(endpoint string) (*rawClient, error) {
 	return &rawClient{Conn: nc, br: bufio.NewReaderSize(nc, 4096)}, nil
 }
 
+// writeAll writes a whole frame, however long the server takes to read it (a frame
+// written in part and abandoned would corrupt the stream); it gives up when stop is
+// closed or the connection fails. Each timeout in between is the server not pulling.
+func (r *rawClient) writeAll(frame []byte, stop <-chan struct{}) error {
+	for len(frame) > 0 {
+		select {
+		case <-stop:
+			return net.ErrClosed
+		default:
+		}
+		_ = r.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := r.Write(frame)
+		frame = frame[n:]
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *rawClient) request(name string, payload []byte, md wire.Metadata) []byte {
 	r.seq++
 	h := wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: r.seq, Name: name, Metadata: md}

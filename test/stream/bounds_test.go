@@ -503,3 +503,42 @@ func closeOnce(ch chan struct{}) {
 		close(ch)
 	}
 }
+
+// The WebSocket upgrade must complete within the handshake timeout: a client that
+// connects to a ws:// listener and sends nothing, or half a request, or a plain HTTP
+// request and then idles on the connection, is cut after it.
+func TestWebSocket_UpgradeTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	th := startHost(t, nil, session.HostOptions{}, func(b *session.NodeBuilder) {
+		b.Bind("ws://127.0.0.1:0/").Socket(session.SocketOptions{HandshakeTimeout: timeout})
+	})
+	for _, tc := range []struct{ name, send string }{
+		{"Nothing", ""},
+		{"HalfARequest", "GET / HTTP/1.1\r\nHost: x\r\n"},
+		{"KeptAliveAfterAPlainRequest", "GET /other HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", th.addr(t, "ws"))
+			mustNotErr(t, err, "dial")
+			defer c.Close()
+			if tc.send != "" {
+				_, err := c.Write([]byte(tc.send))
+				mustNotErr(t, err, "write")
+			}
+			start := time.Now()
+			_ = c.SetReadDeadline(time.Now().Add(waitLong))
+			buf := make([]byte, 4096)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					if stream.IsTimeout(err) {
+						t.Fatalf("the connection was still open after %v", waitLong)
+					}
+					break
+				}
+			}
+			if d := time.Since(start); d < timeout/2 || d > timeout+2*time.Second {
+				t.Errorf("closed after %v, handshake timeout %v", d, timeout)
+			}
+		})
+	}
+}
