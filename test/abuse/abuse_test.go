@@ -46,20 +46,26 @@ func TestMain(m *testing.M) {
 }
 
 // Latency bounds: a well-behaved client's p99 under attack stays within latencyFactor
-// times its p99 alone, measured in the same run (plus latencySlack, for the timer and
-// scheduler granularity of a shared 2-core machine).
-const (
-	latencyFactor = 5
-	latencySlack  = 20 * time.Millisecond
-)
+// times its p99 alone, measured in the same run, plus a slack for the scheduler of a
+// shared 2-core machine that also runs the hostile clients and several meshnode
+// processes: 20 ms in the full form, 50 ms in the short form (its windows are seconds
+// long, so a few scheduler hiccups move its p99).
+const latencyFactor = 5
+
+func latencySlack() time.Duration {
+	if suiteScale().full {
+		return 20 * time.Millisecond
+	}
+	return 50 * time.Millisecond
+}
 
 func checkLatency(t *testing.T, base, under latencies) {
 	t.Helper()
-	bound := latencyFactor*base.p(0.99) + latencySlack
+	bound := latencyFactor*base.p(0.99) + latencySlack()
 	figure(t, "well-behaved alone: %s", base)
 	figure(t, "well-behaved under attack: %s (bound p99 <= %v)", under, bound)
 	if under.p(0.99) > bound {
-		t.Errorf("well-behaved p99 %v under attack, bound %v (%d x alone + %v)", under.p(0.99), bound, latencyFactor, latencySlack)
+		t.Errorf("well-behaved p99 %v under attack, bound %v (%d x alone + %v)", under.p(0.99), bound, latencyFactor, latencySlack())
 	}
 	if under.lost != 0 || base.lost != 0 {
 		t.Errorf("well-behaved client lost %d replies", base.lost+under.lost)
@@ -581,7 +587,9 @@ func TestAbuse_StalledPeerStallsOnlyTheSessionsThatRelayToIt(t *testing.T) {
 	})
 	full := a.Metric("meshnode_mesh_peer_window_full_peers")
 	unacked := a.Metric("meshnode_mesh_peer_window_unacked")
-	under := wellBehaved(t, good, "room.echo", time.Second, roomEchoed)
+	// Two seconds: well under the lan timing's failure detection (the stopped node
+	// must come back as itself, not be declared dead).
+	under := wellBehaved(t, good, "room.echo", 2*time.Second, roomEchoed)
 	close(stopAt)
 	b.Signal(syscall.SIGCONT)
 	wg.Wait()
