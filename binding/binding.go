@@ -20,7 +20,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session"
@@ -77,6 +81,8 @@ type Options struct {
 	// codec.NewRegistry()).
 	Codecs *codec.Registry
 	Logger *slog.Logger
+	// MeterProvider receives the binding instruments. nil: otel's global.
+	MeterProvider metric.MeterProvider
 	// MaxRelayedRequests bounds the relayed Requests of one session awaiting their
 	// replies (default 128). At the bound the session stops pulling packets (its client
 	// stalls in TCP) until replies come back.
@@ -113,6 +119,8 @@ type Binder struct {
 
 	drops       dropCounters
 	unsubscribe func()
+	metricsReg  metric.Registration
+	ratelog     ratelog.Limiter
 }
 
 // pendingOp is a 38 waiting for its 20.
@@ -171,11 +179,24 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleRejected(b.onRejected)
 	actors.HandleStop(b.onActorStop)
 	b.unsubscribe = node.Subscribe(b.onMembership)
+	mp := opts.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if err := b.registerMetrics(mp); err != nil {
+		b.log.Warn("binding: metrics not registered", "err", err)
+	}
 	return b
 }
 
-// Stop stops following membership. Sessions and bindings end with their sessions.
-func (b *Binder) Stop() { b.unsubscribe() }
+// Stop stops following membership and exporting metrics. Sessions and bindings end
+// with their sessions.
+func (b *Binder) Stop() {
+	b.unsubscribe()
+	if b.metricsReg != nil {
+		_ = b.metricsReg.Unregister()
+	}
+}
 
 // Node returns the mesh node.
 func (b *Binder) Node() *mesh.Node { return b.node }
@@ -191,7 +212,7 @@ func sessionRID(id session.RoutingID) string { return "s" + strconv.FormatUint(u
 // relayed Requests it failed on its own.
 type dropCounters struct {
 	stalePush, staleRelay, staleReplaced, lateReply atomic.Int64
-	relayTimeouts, peerFailures                     atomic.Int64
+	relayTimeouts, peerFailures, bindsRefused       atomic.Int64
 }
 
 // Drops reports the records this node's binding rejected, by kind (for tests and

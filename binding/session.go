@@ -3,6 +3,7 @@ package binding
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -164,6 +165,10 @@ func (s *Session) expire() {
 	}
 	s.mu.Unlock()
 	s.b.drops.relayTimeouts.Add(int64(len(failed)))
+	if len(failed) > 0 {
+		s.b.ratelog.Log(s.b.log, slog.LevelWarn, "relay_timeout", "binding: relayed requests got no reply within the relay timeout",
+			"session", s.rid, "requests", len(failed), "timeout", s.b.opts.RelayTimeout)
+	}
 	for _, pkt := range failed {
 		_ = pkt.ReplyError(codec.CodeDeadlineExceeded, "the bound Actor did not reply within the relay timeout", session.NonBlocking())
 	}
@@ -219,6 +224,7 @@ func (s *Session) Bind(ctx context.Context, ref actor.RouteFence) (Binding, erro
 	}
 	if max := s.b.opts.MaxBindingsPerSession; !rebind && len(s.binds)+s.binding >= max {
 		s.mu.Unlock()
+		s.b.drops.bindsRefused.Add(1)
 		return Binding{}, errorf(ErrTooManyBindings, "%d bindings", max)
 	}
 	s.binding++

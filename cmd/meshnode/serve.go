@@ -62,7 +62,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	defer leave()
 	defer actors.Close()
-	binder := binding.New(node, actors, binding.Options{Logger: log, RelayTimeout: cfg.relayTimeout,
+	binder := binding.New(node, actors, binding.Options{Logger: log, MeterProvider: meters, RelayTimeout: cfg.relayTimeout,
 		MaxBindingsPerSession: cfg.maxBindingsPerSession, MaxRelayedRequests: cfg.maxRelayedRequests})
 	defer binder.Stop()
 	if err := sampleapp.Register(actors, binder); err != nil {

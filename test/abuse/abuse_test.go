@@ -332,6 +332,9 @@ func TestAbuse_NodeDeathFailsInFlightRequestsAtOnce(t *testing.T) {
 	if unavailable == 0 {
 		t.Fatal("no request in flight failed with unavailable")
 	}
+	if v := a.Metric("meshnode_binding_relayed_requests_failed_total", "reason=node_failed"); v < float64(unavailable) {
+		t.Errorf("node_failed failures counted %v, clients saw %d", v, unavailable)
+	}
 	if last > 20*time.Second {
 		t.Errorf("the last request waited %v after the kill", last)
 	}
