@@ -347,20 +347,12 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 				s.removeBound(id, bd.gen)
 			}
 		}
-		var pkts []*session.Packet
-		for seq, pr := range s.requests {
-			if pr.node == gone {
-				pkts = append(pkts, pr.pkt)
-				s.removeRequest(seq)
-			}
-		}
+		pkts := s.takeRequests(func(pr pendingRequest) bool { return pr.node == gone })
 		s.mu.Unlock()
 		for _, g := range gens {
 			b.forget(g)
 		}
-		for _, pkt := range pkts {
-			_ = pkt.ReplyError(codec.CodeUnavailable, why, session.NonBlocking())
-		}
+		failPackets(pkts, codec.CodeUnavailable, why)
 		failed += len(pkts)
 	}
 	b.drops.peerFailures.Add(int64(failed + len(ops)))

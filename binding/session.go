@@ -143,20 +143,12 @@ func (s *Session) armExpiry(at int64) {
 // reply is then dropped) and arms the timer for the next deadline.
 func (s *Session) expire() {
 	now := time.Now().UnixNano()
-	var failed []*session.Packet
 	s.mu.Lock()
 	s.expiryAt = 0
+	failed := s.takeRequests(func(pr pendingRequest) bool { return pr.deadline != 0 && pr.deadline <= now })
 	next := int64(0)
-	for seq, pr := range s.requests {
-		if pr.deadline == 0 {
-			continue
-		}
-		if pr.deadline <= now {
-			failed = append(failed, pr.pkt)
-			s.removeRequest(seq)
-			continue
-		}
-		if next == 0 || pr.deadline < next {
+	for _, pr := range s.requests {
+		if pr.deadline != 0 && (next == 0 || pr.deadline < next) {
 			next = pr.deadline
 		}
 	}
@@ -169,9 +161,7 @@ func (s *Session) expire() {
 		s.b.ratelog.Log(s.b.log, slog.LevelWarn, "relay_timeout", "binding: relayed requests got no reply within the relay timeout",
 			"session", s.rid, "requests", len(failed), "timeout", s.b.opts.RelayTimeout)
 	}
-	for _, pkt := range failed {
-		_ = pkt.ReplyError(codec.CodeDeadlineExceeded, "the bound Actor did not reply within the relay timeout", session.NonBlocking())
-	}
+	failPackets(failed, codec.CodeDeadlineExceeded, "the bound Actor did not reply within the relay timeout")
 }
 
 // OnReplaced sets the binding-replaced callback: it runs as a session turn when another
@@ -293,16 +283,29 @@ func (s *Session) dropBinding(actorID string, gen uint64) {
 // their binding is gone, so no reply can come.
 func (s *Session) failRequests(gen uint64, why string) {
 	s.mu.Lock()
-	var failed []*session.Packet
+	failed := s.takeRequests(func(pr pendingRequest) bool { return pr.gen == gen })
+	s.mu.Unlock()
+	failPackets(failed, codec.CodeUnavailable, why)
+}
+
+// takeRequests removes the relayed requests that match and returns their packets.
+// s.mu is held.
+func (s *Session) takeRequests(match func(pendingRequest) bool) []*session.Packet {
+	var out []*session.Packet
 	for seq, pr := range s.requests {
-		if pr.gen == gen {
-			failed = append(failed, pr.pkt)
+		if match(pr) {
+			out = append(out, pr.pkt)
 			s.removeRequest(seq)
 		}
 	}
-	s.mu.Unlock()
-	for _, pkt := range failed {
-		_ = pkt.ReplyError(codec.CodeUnavailable, why, session.NonBlocking())
+	return out
+}
+
+// failPackets answers relayed requests that will get no reply from their Actor. It
+// never waits (it may run where every session's records pass).
+func failPackets(pkts []*session.Packet, code, why string) {
+	for _, pkt := range pkts {
+		_ = pkt.ReplyError(code, why, session.NonBlocking())
 	}
 }
 

@@ -48,24 +48,7 @@ func figure(t *testing.T, format string, args ...any) {
 
 const mib = 1 << 20
 
-// dial opens a connector (no heartbeat, no reconnect) closed with the test.
-func dial(t *testing.T, endpoint string) *connector.Connector {
-	t.Helper()
-	c, err := connector.New(endpoint, connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), proc.Wait)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+func dial(t *testing.T, endpoint string) *connector.Connector { return proc.Connect(t, endpoint) }
 
 // latencies is what a well-behaved client measured.
 type latencies struct {

@@ -11,23 +11,7 @@ import (
 	"github.com/meshnode/meshnode/test/proc"
 )
 
-func dial(t *testing.T, endpoint string) *connector.Connector {
-	t.Helper()
-	c, err := connector.New(endpoint, connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+func dial(t *testing.T, endpoint string) *connector.Connector { return proc.Connect(t, endpoint) }
 
 // Bind, relay, push and replacement across two meshnode processes, with the sample
 // app's room Actor.

@@ -7,6 +7,7 @@ package proc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshnode/meshnode/session/connector"
 )
 
 // Wait bounds every wait of the kit.
@@ -424,4 +427,24 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Connect opens a Go connector to endpoint (no heartbeat, no reconnect: a test sees
+// every drop) and closes it when the test ends.
+func Connect(t testing.TB, endpoint string) *connector.Connector {
+	t.Helper()
+	c, err := connector.New(endpoint, connector.Options{
+		Heartbeat: connector.HeartbeatOptions{Disabled: true},
+		Reconnect: connector.ReconnectPolicy{Disabled: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
