@@ -337,6 +337,9 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 		if _, ok := s.requests[seq]; ok {
 			s.removeRequest(seq)
 		}
+		if bd := s.byGen[gen]; bd != nil {
+			s.unrelayed(bd, seq) // it never left: the window must not wait for it
+		}
 		s.mu.Unlock()
 		if errors.Is(err, actor.ErrMailboxFull) || errors.Is(err, actor.ErrNotFound) {
 			return err

@@ -108,6 +108,19 @@ func (s *Session) relayedOn(bd *bound, seq uint64, bytes int64) {
 	s.relayedBytes.Add(bytes)
 }
 
+// unrelayed takes back a relay that was never sent. s.mu is held.
+func (s *Session) unrelayed(bd *bound, seq uint64) {
+	for i := len(bd.window) - 1; i >= 0; i-- {
+		if bd.window[i].seq == seq {
+			s.relayedCount.Add(-1)
+			s.relayedBytes.Add(-bd.window[i].bytes)
+			bd.window = append(bd.window[:i], bd.window[i+1:]...)
+			s.progress.Notify()
+			return
+		}
+	}
+}
+
 // windowFull reports whether the session is at its relay window.
 func (s *Session) windowFull() bool {
 	return s.relayedCount.Load() >= int64(s.b.opts.RelayWindow) || s.relayedBytes.Load() >= s.b.opts.RelayWindowBytes

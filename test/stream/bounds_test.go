@@ -3,6 +3,7 @@ package stream_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -541,4 +542,41 @@ func TestWebSocket_UpgradeTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A client that does not read what it is sent: frames that cannot wait (NonBlocking,
+// how a node's record receiver pushes) use the room up to the hard limit, twice
+// MaxPendingWrite; past it the session is closed as a slow consumer (a transport
+// error, counted) instead of frames being dropped silently.
+func TestBounds_SlowConsumerIsClosed(t *testing.T) {
+	const soft = 32 << 10
+	th := startHost(t, nil, session.HostOptions{}, func(b *session.NodeBuilder) {
+		b.Bind("tcp://127.0.0.1:0").Socket(session.SocketOptions{MaxPendingWrite: soft})
+	})
+	c, rid := th.connect(t)
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	evs := th.rec.snapshot()
+	peer := filter(evs, evConnect, rid)[0].peer
+	payload := bytes.Repeat([]byte("p"), 1000)
+	var err error
+	sent := 0
+	for sent < 100_000 {
+		if err = peer.Send(context.Background(), "flood", wire.CodecRaw, payload, session.NonBlocking()); err != nil {
+			break
+		}
+		sent++
+	}
+	if !errors.Is(err, session.ErrSlowConsumer) {
+		t.Fatalf("after %d pushes to a client that does not read: %v, want ErrSlowConsumer", sent, err)
+	}
+	evs = th.rec.waitFor(t, waitLong, "disconnect", func(evs []event) bool { return count(evs, evDisconnect, rid) == 1 })
+	if d := filter(evs, evDisconnect, rid)[0]; d.reason != wire.CloseTransportError {
+		t.Errorf("slow consumer closed with %s, want TransportError", d.reason)
+	}
+	if te := filter(evs, evTransport, rid); len(te) != 1 || !errors.Is(te[0].err, session.ErrSlowConsumer) {
+		t.Errorf("transport error callback: %s", describe(te))
+	}
+	th.waitMetric(t, mSlow, 1, tr("tcp"))
 }
