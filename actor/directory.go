@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	proto "github.com/asynkron/protoactor-go/actor"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	proto "github.com/asynkron/protoactor-go/actor"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 

@@ -3,7 +3,7 @@ package actor
 import (
 	"log/slog"
 
-	proto "github.com/asynkron/protoactor-go/actor"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/internal/wake"
 	"github.com/meshnode/meshnode/mesh/meshpb"

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/eventstream"
-	"github.com/asynkron/protoactor-go/remote"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/eventstream"
+	"github.com/meshnode/meshnode/internal/protoactor/remote"
 	"github.com/hashicorp/memberlist"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -156,12 +156,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.id = NodeID{RID: cfg.RID, Generation: cfg.Generation}
 
-	// protoactor remote: it panics when it cannot listen, so find the port first.
-	remotePort, err := reservePort(cfg.BindHost, cfg.RemotePort)
+	// The remote's listener is opened here and handed to protoactor, so the port is
+	// held from the moment it is chosen (with port 0, its real number is needed for the
+	// advertised address before the remote starts).
+	remoteLn, err := net.Listen("tcp", net.JoinHostPort(cfg.BindHost, strconv.Itoa(cfg.RemotePort)))
 	if err != nil {
 		_ = nt.Shutdown()
 		return nil, fmt.Errorf("%w: remote port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.RemotePort, err)
 	}
+	remotePort := remoteLn.Addr().(*net.TCPAddr).Port
 	n.remAddr = net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(remotePort))
 	if cfg.ActorSystem != nil {
 		n.system = cfg.ActorSystem
@@ -175,6 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.ownSys = true
 	}
 	rc := remote.Configure(cfg.BindHost, remotePort,
+		remote.WithListener(remoteLn),
 		remote.WithAdvertisedHost(n.remAddr),
 		// A dead peer should cost seconds, not the default ~110 s of gRPC retries.
 		remote.WithDialOptions(
@@ -187,7 +191,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	)
 	rc.MaxRetryCount = 2
 	n.remote = remote.NewRemote(n.system, rc)
-	n.remote.Start()
+	if err := n.remote.Start(); err != nil {
+		_ = remoteLn.Close()
+		_ = nt.Shutdown()
+		if n.ownSys {
+			n.system.Shutdown()
+		}
+		return nil, fmt.Errorf("mesh: remote: %w", err)
+	}
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
 	recordsProps := actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} },
 		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }))
@@ -263,17 +274,6 @@ func presetConfig(p Preset) *memberlist.Config {
 	return c
 }
 
-// reservePort checks that host:port can be bound and returns the port (the OS's choice
-// for 0). The listener is closed again before protoactor binds it.
-func reservePort(host string, port int) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-	if err != nil {
-		return 0, err
-	}
-	p := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	return p, nil
-}
 
 // ID returns this node's identity.
 func (n *Node) ID() NodeID { return n.id }

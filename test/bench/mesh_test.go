@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	proto "github.com/asynkron/protoactor-go/actor"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh"

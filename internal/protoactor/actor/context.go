@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/asynkron/protoactor-go/ctxext"
+	"github.com/meshnode/meshnode/internal/protoactor/ctxext"
 )
 
 // Context contains contextual information for actors

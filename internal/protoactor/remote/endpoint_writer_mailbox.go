@@ -4,10 +4,10 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 
-	"github.com/asynkron/protoactor-go/internal/queue/goring"
-	"github.com/asynkron/protoactor-go/internal/queue/mpsc"
+	"github.com/meshnode/meshnode/internal/protoactor/internal/queue/goring"
+	"github.com/meshnode/meshnode/internal/protoactor/internal/queue/mpsc"
 )
 
 const (

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/asynkron/protoactor-go/extensions"
-	"github.com/asynkron/protoactor-go/metrics"
+	"github.com/meshnode/meshnode/internal/protoactor/extensions"
+	"github.com/meshnode/meshnode/internal/protoactor/metrics"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"

@@ -7,7 +7,7 @@
 package remote
 
 import (
-	actor "github.com/asynkron/protoactor-go/actor"
+	actor "github.com/meshnode/meshnode/internal/protoactor/actor"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 )
 
 // Register a known actor props by name

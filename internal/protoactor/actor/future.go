@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/asynkron/protoactor-go/metrics"
+	"github.com/meshnode/meshnode/internal/protoactor/metrics"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )

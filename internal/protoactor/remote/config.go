@@ -2,8 +2,9 @@ package remote
 
 import (
 	"fmt"
+	"net"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"google.golang.org/grpc"
 )
 
@@ -56,4 +57,7 @@ type Config struct {
 	EndpointManagerQueueSize int
 	Kinds                    map[string]*actor.Props
 	MaxRetryCount            int
+	// Listener, when set, is served by Start instead of a listener it opens itself
+	// (meshnode patch: the caller keeps the port from the moment it chose it).
+	Listener net.Listener
 }

@@ -1,8 +1,8 @@
 package actor
 
 import (
-	"github.com/asynkron/protoactor-go/internal/queue/goring"
-	"github.com/asynkron/protoactor-go/internal/queue/mpsc"
+	"github.com/meshnode/meshnode/internal/protoactor/internal/queue/goring"
+	"github.com/meshnode/meshnode/internal/protoactor/internal/queue/mpsc"
 )
 
 type unboundedMailboxQueue struct {

@@ -5,9 +5,9 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/asynkron/protoactor-go/eventstream"
-	"github.com/asynkron/protoactor-go/extensions"
 	"github.com/lithammer/shortuuid/v4"
+	"github.com/meshnode/meshnode/internal/protoactor/eventstream"
+	"github.com/meshnode/meshnode/internal/protoactor/extensions"
 )
 
 //goland:noinspection GoNameStartsWithPackageName

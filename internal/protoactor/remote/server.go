@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/extensions"
+	"github.com/meshnode/meshnode/internal/protoactor/extensions"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/grpclog"
 )
@@ -73,14 +73,18 @@ func SilenceGRPCLog() {
 	})
 }
 
-// Start the remote server
-func (r *Remote) Start() {
+// Start the remote server. meshnode patch: a listen failure is returned instead of
+// panicking, and a listener given with WithListener is served as is.
+func (r *Remote) Start() error {
 	// meshnode patch: the gRPC logger is process-wide; setting it on every Start races
 	// with the gRPC servers of other in-process nodes. SilenceGRPCLog sets it once.
 	SilenceGRPCLog()
-	lis, err := net.Listen("tcp", r.config.Address())
-	if err != nil {
-		panic(fmt.Errorf("failed to listen: %v", err))
+	lis := r.config.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", r.config.Address()); err != nil {
+			return fmt.Errorf("failed to listen: %w", err)
+		}
 	}
 
 	var address string
@@ -102,6 +106,7 @@ func (r *Remote) Start() {
 	RegisterRemotingServer(r.s, r.edpReader)
 	r.Logger().Info("Starting Proto.Actor server", slog.String("address", address))
 	go r.s.Serve(lis)
+	return nil
 }
 
 func (r *Remote) Shutdown(graceful bool) {

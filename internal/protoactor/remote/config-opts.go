@@ -1,5 +1,7 @@
 package remote
 
+import "net"
+
 import "google.golang.org/grpc"
 
 type ConfigOption func(config *Config)
@@ -66,5 +68,13 @@ func WithKinds(kinds ...*Kind) ConfigOption {
 		for _, k := range kinds {
 			config.Kinds[k.Kind] = k.Props
 		}
+	}
+}
+
+// WithListener makes Start serve ln (meshnode patch): the port is never released between
+// choosing it and serving it.
+func WithListener(ln net.Listener) ConfigOption {
+	return func(config *Config) {
+		config.Listener = ln
 	}
 }

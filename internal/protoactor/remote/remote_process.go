@@ -1,7 +1,7 @@
 package remote
 
 import (
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 )
 
 type process struct {
