@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -207,7 +208,7 @@ func TestReactivationNewObjectGeneration(t *testing.T) {
 }
 
 // When the owner fails, a lookup places the Actor on a survivor with a higher authority
-// owner generation; a caller holding the old fence gets ErrUnavailable, never a silent
+// owner generation; a caller holding the old fence gets fault.Unavailable, never a silent
 // resend elsewhere.
 func TestDirectoryFailoverAfterKill(t *testing.T) {
 	c := start(t, 3)
@@ -229,7 +230,7 @@ func TestDirectoryFailoverAfterKill(t *testing.T) {
 	if err := c.WaitUntil(wait, func() bool { return !c.Node(0).IsLive(old.Node) && !c.Node(1).IsLive(old.Node) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.host(0).Send(ctx, old, actor.Message{Name: "n", Data: []byte("lost?")}); !errors.Is(err, actor.ErrUnavailable) {
+	if err := c.host(0).Send(ctx, old, actor.Message{Name: "n", Data: []byte("lost?")}); !errors.Is(err, fault.Unavailable) {
 		t.Fatalf("send with the failed owner's fence: %v", err)
 	}
 	moved, err := c.host(1).Lookup(ctx, "recorder", id)

@@ -8,6 +8,7 @@ import (
 
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 )
@@ -45,7 +46,7 @@ func (d *RendezvousDirectory) Lookup(ctx context.Context, kind, id, onRID string
 	if target == "" {
 		owner := d.ownerOf(id, h.node.LiveMembers())
 		if owner.RID == "" {
-			return RouteFence{}, fmt.Errorf("%w: no live member", ErrUnavailable)
+			return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
 		}
 		target = owner.RID
 	}
@@ -111,7 +112,7 @@ func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id st
 	h := d.host
 	mem, ok := h.node.Member(rid)
 	if !ok || !h.node.IsLive(mem.ID) {
-		return RouteFence{}, fmt.Errorf("%w: node %s is not a live member", ErrUnavailable, rid)
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: node %s is not a live member", rid)
 	}
 	timeout := defaultLookupTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -121,11 +122,11 @@ func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id st
 	req := &meshpb.LookupRequest{Kind: kind, ActorId: id, PlaceHere: placeHere, FromRid: self.RID, FromGeneration: self.Generation}
 	res, err := h.system.Root.RequestFuture(proto.NewPID(mem.RemoteAddr, directoryActorName), req, timeout).Result()
 	if err != nil {
-		return RouteFence{}, fmt.Errorf("%w: lookup of %s on %s: %v", ErrUnavailable, id, rid, err)
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s on %s: %v", id, rid, err)
 	}
 	resp, ok := res.(*meshpb.LookupResponse)
 	if !ok {
-		return RouteFence{}, fmt.Errorf("%w: lookup of %s on %s: unexpected answer %T", ErrUnavailable, id, rid, res)
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s on %s: unexpected answer %T", id, rid, res)
 	}
 	return responseFence(resp)
 }
@@ -148,7 +149,7 @@ func responseFence(r *meshpb.LookupResponse) (RouteFence, error) {
 	case codeBadID:
 		return RouteFence{}, fmt.Errorf("%w: %s", ErrBadID, r.ErrorMessage)
 	}
-	return RouteFence{}, fmt.Errorf("%w: %s: %s", ErrUnavailable, r.ErrorCode, r.ErrorMessage)
+	return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: %s: %s", r.ErrorCode, r.ErrorMessage)
 }
 
 // Directory error codes on the wire.

@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -25,16 +25,15 @@ import (
 
 // Errors of Actor hosting and lookup.
 var (
-	ErrUnknownKind  = errors.New("actor: unknown kind")
-	ErrKindMismatch = errors.New("actor: ActorId is active under another kind")
-	ErrUnavailable  = errors.New("actor: unavailable")
-	ErrStale        = errors.New("actor: stale route fence")
-	ErrNotFound     = errors.New("actor: not active")
-	ErrBadID        = errors.New("actor: invalid ActorId")
-	ErrClosed       = errors.New("actor: host closed")
+	ErrUnknownKind  = fault.New(fault.NotFound, "actor: unknown kind")
+	ErrKindMismatch = fault.New(fault.TypeMismatch, "actor: ActorId is active under another kind")
+	ErrStale        = fault.New(fault.Unavailable, "actor: stale route fence")
+	ErrNotFound     = fault.New(fault.NotFound, "actor: not active")
+	ErrBadID        = fault.New(fault.InvalidOperation, "actor: invalid ActorId")
+	ErrClosed       = fault.New(fault.ShuttingDown, "actor: host closed")
 	// ErrMailboxFull: the Actor's mailbox is at its bound (MaxMailbox messages or
 	// MaxMailboxBytes); the message was not queued (digest §9.5: capacity exceeded).
-	ErrMailboxFull = errors.New("actor: mailbox full")
+	ErrMailboxFull = fault.New(fault.CapacityExceeded, "actor: mailbox full")
 )
 
 // HostOptions configures a Host.
@@ -322,7 +321,7 @@ func (h *Host) Deactivate(id string) {
 
 // Send sends msg to the activation named by to. To an Actor on another node it is one
 // record 24; a fence whose node lifecycle is not a live member fails with
-// ErrUnavailable and is never re-sent elsewhere.
+// fault.Unavailable and is never re-sent elsewhere.
 func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	if to.Node == h.node.ID() {
 		a, ok := h.local(to.ID)
@@ -341,7 +340,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 		return nil
 	}
 	if !h.node.IsLive(to.Node) {
-		return fmt.Errorf("%w: %s is not a live member", ErrUnavailable, to.Node)
+		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", to.Node)
 	}
 	rec, release, err := actorSendRecord(to, msg)
 	if err != nil {
@@ -354,10 +353,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 	}
 	release()
 	if err != nil {
-		if errors.Is(err, mesh.ErrUnavailable) {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return err
+		return fmt.Errorf("actor: send to %s: %w", to.Ref, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -78,7 +79,7 @@ func (h *Host) turnHandler(cmd wire.Command) TurnRecordHandler {
 // SendRecord sends rec to the activation named by to, wherever it lives: to a remote
 // one as a record addressed straight to it, to a local one in-process (same rules,
 // no network, no tap). A fence whose node lifecycle is not live fails with
-// ErrUnavailable.
+// fault.Unavailable.
 func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) error {
 	self := h.node.ID()
 	if to.Node == self {
@@ -99,14 +100,14 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 		return nil
 	}
 	if !h.node.IsLive(to.Node) {
-		return fmt.Errorf("%w: %s is not a live member", ErrUnavailable, to.Node)
+		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", to.Node)
 	}
 	pid, err := h.remotePID(to)
 	if err == nil {
 		err = h.node.SendToPID(ctx, to.Node, pid, rec)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("actor: send to %s: %w", to.Ref, err)
 	}
 	return nil
 }

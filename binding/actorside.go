@@ -3,6 +3,7 @@ package binding
 import (
 	"context"
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/codec"
@@ -194,7 +195,7 @@ func (b *Binder) IsBound(ctx *actor.Context) bool { return b.currentOf(ctx) != n
 // Without a binding it fails with ErrNotBound.
 func (b *Binder) Push(ctx *actor.Context, name string, c swire.Codec, payload []byte) error {
 	if swire.IsReservedName(name) {
-		return errorf(ErrInvalidOperation, "push name %q is reserved", name)
+		return fault.Errorf(fault.InvalidOperation, "binding: push name %q is reserved", name)
 	}
 	cur := b.currentOf(ctx)
 	if cur == nil {
@@ -227,7 +228,7 @@ func (b *Binder) ReplyError(ctx *actor.Context, r *Relayed, code, message string
 
 func (b *Binder) replyTo(ctx *actor.Context, r *Relayed, kind swire.Kind, ct string, payload []byte) error {
 	if !r.Request || r.replied {
-		return ErrInvalidOperation
+		return fault.Errorf(fault.InvalidOperation, "binding: %s is not a Request waiting for its reply", r.Name)
 	}
 	r.replied = true
 	cur := b.currentOf(ctx)
@@ -260,14 +261,14 @@ func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
 	case *wire.ActorSend:
 		b.rejected(&b.drops.staleRelay, from, "relay to an Actor that is not active")
 		// A relayed Request would otherwise wait for a reply that cannot come.
-		b.failRelay(from, rec, codec.CodeNotFound, "the bound Actor is no longer active")
+		b.failRelay(from, rec, fault.NotFound.Code(), "the bound Actor is no longer active")
 	}
 }
 
 // onRejected answers a relayed Request that the Actor's full mailbox refused; a relayed
 // Send is dropped (counted by the Actor host).
 func (b *Binder) onRejected(from mesh.NodeID, rec *wire.Record) {
-	b.failRelay(from, rec, codec.CodeCapacityExceeded, "the bound Actor's mailbox is full")
+	b.failRelay(from, rec, fault.CapacityExceeded.Code(), "the bound Actor's mailbox is full")
 }
 
 // failRelay answers a relayed Request (a 24 with the bound-session tail) that no Actor

@@ -12,8 +12,6 @@
 package binding
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -31,24 +30,21 @@ import (
 	"github.com/meshnode/meshnode/session/codec"
 )
 
-// Typed errors of the binding surface (digest §7.5, §7.16).
+// Errors of the binding surface (digest §7.5, §7.16), each of a fault kind. Where the
+// binding fails for a class the error model already names (the Actor is unavailable or
+// not found, the bind names another ObjectGeneration), the error is of that kind
+// (errors.Is(err, fault.Unavailable), fault.NotFound, fault.InvalidOperation), with the
+// cause wrapped.
 var (
 	// ErrNotBound: push, close or relay without a current binding (session-not-bound,
-	// public kind InvalidOperation; retryable after a bind).
-	ErrNotBound = errors.New("binding: session not bound to the Actor")
-	// ErrInvalidOperation: the bind named an ObjectGeneration that is not the Actor's.
-	ErrInvalidOperation = errors.New("binding: invalid operation")
-	// ErrUnavailable: the route fence is stale or its node is gone; never resent
-	// elsewhere.
-	ErrUnavailable = errors.New("binding: Actor unavailable")
-	// ErrNotFound: no such Actor at the route.
-	ErrNotFound = errors.New("binding: Actor not found")
+	// kind InvalidOperation; retryable after a bind).
+	ErrNotBound = fault.New(fault.InvalidOperation, "binding: session not bound to the Actor")
 	// ErrSessionClosing: the session is closing (replaced or disconnected).
-	ErrSessionClosing = errors.New("binding: session closing")
+	ErrSessionClosing = fault.New(fault.ShuttingDown, "binding: session closing")
 	// ErrTimeout: the bind terminal did not arrive before the deadline.
-	ErrTimeout = errors.New("binding: bind timed out")
+	ErrTimeout = fault.New(fault.DeadlineExceeded, "binding: bind timed out")
 	// ErrTooManyBindings: the session is at its bindings bound (MaxBindingsPerSession).
-	ErrTooManyBindings = errors.New("binding: too many bindings for one session")
+	ErrTooManyBindings = fault.New(fault.CapacityExceeded, "binding: too many bindings for one session")
 )
 
 // Defaults of the binding protocol.
@@ -224,10 +220,6 @@ func (b *Binder) Drops() (stalePush, staleRelay, staleReplaced, lateReply int64)
 func (b *Binder) rejected(counter *atomic.Int64, from mesh.NodeID, what string) {
 	counter.Add(1)
 	b.node.DropStale(from, what)
-}
-
-func errorf(base error, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", base, fmt.Sprintf(format, args...))
 }
 
 // Stats counts the binding state this node holds (for tests and operators).

@@ -3,10 +3,11 @@ package binding
 import (
 	"context"
 	"encoding/binary"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session"
@@ -32,10 +33,10 @@ func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFen
 		b.mu.Lock()
 		delete(b.pending, corr)
 		b.mu.Unlock()
-		if errors.Is(err, actor.ErrNotFound) {
-			return errorf(ErrNotFound, "%v", err)
+		if _, ok := fault.Of(err); ok {
+			return fmt.Errorf("binding: bind: %w", err)
 		}
-		return errorf(ErrUnavailable, "%v", err)
+		return fault.Errorf(fault.Unavailable, "binding: bind: %w", err)
 	}
 	select {
 	case err := <-op.done:
@@ -53,7 +54,7 @@ func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFen
 			// The Actor owner may still register this binding: leave no orphan.
 			b.sendTombstone(s, fence, gen)
 		}
-		return errorf(ErrTimeout, "%v", ctx.Err())
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
 	}
 }
 
@@ -113,7 +114,7 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 	if r.BindOK == nil || r.BindOK.BindingGeneration != op.gen {
 		// The Actor owner may hold a binding the caller will never see: retire it.
 		b.sendTombstone(op.s, op.fence, op.gen)
-		op.done <- errorf(ErrUnavailable, "bind terminal without this binding generation")
+		op.done <- fault.Errorf(fault.Unavailable, "binding: bind terminal without this binding generation")
 		return
 	}
 	fence := op.fence
@@ -146,11 +147,11 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 func bindFailure(r *wire.Reply) error {
 	switch {
 	case r.Result == wire.ResultInvalidState:
-		return errorf(ErrInvalidOperation, "ObjectGeneration differs from the Actor's")
+		return fault.Errorf(fault.InvalidOperation, "binding: the bind names an ObjectGeneration that is not the Actor's")
 	case r.Failure == wire.FailureActorRouteNotFound:
-		return errorf(ErrNotFound, "no such Actor at the route")
+		return fault.Errorf(fault.NotFound, "binding: no such Actor at the route")
 	}
-	return errorf(ErrUnavailable, "bind refused: %s / %s", r.Result, r.Failure)
+	return fault.Errorf(fault.Unavailable, "binding: bind refused: %s / %s", r.Result, r.Failure)
 }
 
 // onPush handles a 36 from an Actor owner: accepted only when the source Actor's
@@ -194,7 +195,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		if kind == swire.KindError {
 			ep, err := codec.DecodeErrorPayload(payload)
 			if err != nil {
-				_ = pkt.ReplyError(codec.CodeInternalFailure, "malformed error from the Actor", session.NonBlocking())
+				_ = pkt.ReplyError(fault.InternalFailure.Code(), "malformed error from the Actor", session.NonBlocking())
 				return
 			}
 			_ = pkt.ReplyError(ep.Code, ep.Message, session.NonBlocking())
@@ -334,7 +335,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 	}
 	b.mu.Unlock()
 	for _, op := range ops {
-		op.done <- errorf(ErrUnavailable, "node %s %s", gone, ev.Type)
+		op.done <- fault.Errorf(fault.Unavailable, "binding: node %s %s", gone, ev.Type)
 	}
 	why := "the node of the bound Actor " + ev.Type.String()
 	failed := 0
@@ -352,7 +353,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 		for _, g := range gens {
 			b.forget(g)
 		}
-		failPackets(pkts, codec.CodeUnavailable, why)
+		failPackets(pkts, fault.Unavailable.Code(), why)
 		failed += len(pkts)
 	}
 	b.drops.peerFailures.Add(int64(failed + len(ops)))

@@ -2,7 +2,7 @@ package binding
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/wake"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	swire "github.com/meshnode/meshnode/session/wire"
 )
 
@@ -161,7 +161,7 @@ func (s *Session) expire() {
 		s.b.ratelog.Log(s.b.log, slog.LevelWarn, "relay_timeout", "binding: relayed requests got no reply within the relay timeout",
 			"session", s.rid, "requests", len(failed), "timeout", s.b.opts.RelayTimeout)
 	}
-	failPackets(failed, codec.CodeDeadlineExceeded, "the bound Actor did not reply within the relay timeout")
+	failPackets(failed, fault.DeadlineExceeded.Code(), "the bound Actor did not reply within the relay timeout")
 }
 
 // OnReplaced sets the binding-replaced callback: it runs as a session turn when another
@@ -215,7 +215,7 @@ func (s *Session) Bind(ctx context.Context, ref actor.RouteFence) (Binding, erro
 	if max := s.b.opts.MaxBindingsPerSession; !rebind && len(s.binds)+s.binding >= max {
 		s.mu.Unlock()
 		s.b.drops.bindsRefused.Add(1)
-		return Binding{}, errorf(ErrTooManyBindings, "%d bindings", max)
+		return Binding{}, fmt.Errorf("%w: %d bindings", ErrTooManyBindings, max)
 	}
 	s.binding++
 	s.mu.Unlock()
@@ -285,7 +285,7 @@ func (s *Session) failRequests(gen uint64, why string) {
 	s.mu.Lock()
 	failed := s.takeRequests(func(pr pendingRequest) bool { return pr.gen == gen })
 	s.mu.Unlock()
-	failPackets(failed, codec.CodeUnavailable, why)
+	failPackets(failed, fault.Unavailable.Code(), why)
 }
 
 // takeRequests removes the relayed requests that match and returns their packets.
@@ -321,7 +321,7 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	bd, ok := s.binds[actorID]
 	if !ok {
 		s.mu.Unlock()
-		return errorf(ErrNotBound, "%s", actorID)
+		return fmt.Errorf("%w: %s", ErrNotBound, actorID)
 	}
 	s.seq++
 	seq := s.seq
@@ -341,10 +341,10 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 			s.unrelayed(bd, seq) // it never left: the window must not wait for it
 		}
 		s.mu.Unlock()
-		if errors.Is(err, actor.ErrMailboxFull) || errors.Is(err, actor.ErrNotFound) {
-			return err
+		if _, ok := fault.Of(err); ok {
+			return fmt.Errorf("binding: relay: %w", err)
 		}
-		return errorf(ErrUnavailable, "%v", err)
+		return fault.Errorf(fault.Unavailable, "binding: relay: %w", err)
 	}
 	return nil
 }

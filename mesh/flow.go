@@ -2,12 +2,12 @@ package mesh
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/internal/wake"
@@ -36,7 +36,7 @@ import (
 // ErrBackpressure: the peer's window is full (its unacknowledged records reached the
 // count or size bound) and the record was not sent before the caller's deadline, or at
 // once for a caller that does not wait.
-var ErrBackpressure = errors.New("mesh: peer queue full")
+var ErrBackpressure = fault.New(fault.Unavailable, "mesh: peer queue full")
 
 // Defaults of the flow control.
 const (
@@ -183,7 +183,7 @@ func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelop
 		l.mu.Lock()
 		if l.dead {
 			l.mu.Unlock()
-			return fmt.Errorf("%w: %s", ErrUnavailable, l.id)
+			return fault.Errorf(fault.Unavailable, "mesh: %s departed", l.id)
 		}
 		if l.records == 0 || (l.records < f.maxRecords && l.bytes+size <= f.maxBytes) {
 			l.nextSeq++

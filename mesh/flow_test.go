@@ -43,7 +43,7 @@ func TestFlow_WindowBoundsUnacknowledgedRecordsWithoutLoss(t *testing.T) {
 }
 
 // A peer that leaves takes its window with it: a sender waiting for room fails with
-// ErrUnavailable (not a hang), and a new lifecycle starts with an empty window.
+// fault.Unavailable (not a hang), and a new lifecycle starts with an empty window.
 func TestFlow_DepartedPeerEndsItsWindow(t *testing.T) {
 	c := meshtest.Start(t, 2, meshtest.Options{NoTap: true})
 	to := c.Node(1).ID()

@@ -13,6 +13,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/meshtest"
@@ -178,7 +179,7 @@ func TestRecordDeliveredAndTapped(t *testing.T) {
 }
 
 // Sending to a node lifecycle that is not a live member fails at once with
-// ErrUnavailable; nothing is sent.
+// fault.Unavailable; nothing is sent.
 func TestSendToDeadNodeIsUnavailable(t *testing.T) {
 	c := meshtest.Start(t, 3, meshtest.Options{})
 	dead := c.Node(2).ID()
@@ -188,7 +189,7 @@ func TestSendToDeadNodeIsUnavailable(t *testing.T) {
 	}
 	c.Tap().Reset()
 	err := c.Node(0).Send(context.Background(), dead, bindRecord(1, dead))
-	if !errors.Is(err, mesh.ErrUnavailable) {
+	if !errors.Is(err, fault.Unavailable) {
 		t.Fatalf("send to dead node: %v", err)
 	}
 	if n := len(c.Tap().Records()); n != 0 {

@@ -13,10 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/internal/protoactor/eventstream"
 	"github.com/meshnode/meshnode/internal/protoactor/remote"
-	"github.com/hashicorp/memberlist"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
@@ -103,7 +104,7 @@ type Node struct {
 
 // Errors of node start-up.
 var (
-	ErrConfig = errors.New("mesh: configuration error")
+	ErrConfig = fault.New(fault.NotConfigured, "mesh: configuration error")
 )
 
 // Start starts a node: it binds the gossip and remote ports, joins the seeds (retrying
@@ -273,7 +274,6 @@ func presetConfig(p Preset) *memberlist.Config {
 	c.DeadNodeReclaimTime = 30 * time.Second
 	return c
 }
-
 
 // ID returns this node's identity.
 func (n *Node) ID() NodeID { return n.id }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,11 +22,8 @@ const recordsActorName = "$records"
 
 // Errors of the record transport.
 var (
-	// ErrUnavailable: the addressed node lifecycle is not a live member, so the record
-	// was not sent (never re-sent elsewhere).
-	ErrUnavailable = errors.New("mesh: target node unavailable")
-	// ErrStopped: this node is shutting down.
-	ErrStopped = errors.New("mesh: node stopped")
+	// ErrStopped: this node is shutting down (kind ShuttingDown).
+	ErrStopped = fault.New(fault.ShuttingDown, "mesh: node stopped")
 )
 
 // Drop reasons of zlink.mesh_node.messages.dropped (digest §10).
@@ -184,7 +182,7 @@ func (n *Node) Handle(cmd wire.Command, h RecordHandler) {
 func (n *Node) handler(cmd wire.Command) RecordHandler { return (*n.handlers.Load())[cmd] }
 
 // Send sends a record to the node lifecycle to, for the handler of its command. It
-// fails with ErrUnavailable, without sending, when to is not a live member. While the
+// fails with fault.Unavailable, without sending, when to is not a live member. While the
 // peer's window is full (see flow.go) it waits for room until ctx ends (DefaultSendWait
 // when ctx has no deadline), then fails with ErrBackpressure. Delivery is otherwise at
 // most once (remote sends are one-way; the spec's replies are records too).
@@ -215,7 +213,7 @@ func (n *Node) SendToPID(ctx context.Context, to NodeID, pid *actor.PID, rec *wi
 func (n *Node) ActorPID(to NodeID, actorName string) (*actor.PID, error) {
 	mem, ok := n.members.live(to)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, to)
+		return nil, fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
 	}
 	return actor.NewPID(mem.RemoteAddr, actorName), nil
 }
@@ -226,7 +224,7 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	}
 	mem, ok := n.members.live(to)
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnavailable, to)
+		return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
 	}
 	frames, err := wire.Encode(rec)
 	if err != nil {
@@ -248,7 +246,7 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	}
 	l := n.flow.link(to)
 	if l == nil {
-		return fmt.Errorf("%w: %s", ErrUnavailable, to)
+		return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
 	}
 	if err := l.send(ctx, pid, env, wait); err != nil {
 		return err

@@ -3,10 +3,12 @@ package session
 import (
 	"errors"
 	"fmt"
+
+	"github.com/meshnode/meshnode/fault"
 )
 
 // ErrConfiguration is matched (errors.Is) by every start-up configuration error.
-var ErrConfiguration = errors.New("stream node configuration error")
+var ErrConfiguration = fault.New(fault.NotConfigured, "stream node configuration error")
 
 // The start-up validations of the STREAM seed §3.2, one error each, plus the ones this
 // implementation adds (bind/advertise identity of digest §11, value rules of §9).
@@ -45,29 +47,32 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// Is makes every ConfigError match ErrConfiguration.
-func (e *ConfigError) Is(target error) bool { return target == ErrConfiguration }
+// Is makes every ConfigError match ErrConfiguration (and so fault.NotConfigured).
+func (e *ConfigError) Is(target error) bool {
+	return target == ErrConfiguration || target == fault.NotConfigured
+}
 
 // Runtime errors of the session surface.
 var (
 	// ErrSessionClosed is returned by a push, reply or close on a session that is closing
 	// or closed.
-	ErrSessionClosed = errors.New("stream session closed")
+	ErrSessionClosed = fault.New(fault.ShuttingDown, "stream session closed")
 	// ErrNotRequest is returned when a packet that is not a Request is replied to.
-	ErrNotRequest = errors.New("packet is not a request")
+	ErrNotRequest = fault.New(fault.InvalidOperation, "packet is not a request")
 	// ErrSlowConsumer is returned by a NonBlocking send to a session whose outbound
 	// queue reached its hard limit; the session is closed with it (a transport error).
-	ErrSlowConsumer = errors.New("stream session is a slow consumer: its outbound queue is full")
+	ErrSlowConsumer = fault.New(fault.CapacityExceeded, "stream session is a slow consumer: its outbound queue is full")
 	// ErrAlreadyReplied is returned by a second reply to the same request.
-	ErrAlreadyReplied = errors.New("request already replied")
+	ErrAlreadyReplied = fault.New(fault.InvalidOperation, "request already replied")
 	// ErrMessageTooLarge marks an inbound message over MaxMessageSize (EMSGSIZE).
-	ErrMessageTooLarge = errors.New("EMSGSIZE: inbound message over MaxMessageSize")
+	ErrMessageTooLarge = fault.New(fault.ProtocolError, "EMSGSIZE: inbound message over MaxMessageSize")
 	// ErrHostClosed is returned by operations on a host that was shut down.
-	ErrHostClosed = errors.New("stream host closed")
+	ErrHostClosed = fault.New(fault.ShuttingDown, "stream host closed")
 )
 
 // CodedError is an application error that chooses the code of the Error reply a failed
-// Request gets (digest §2.11). Any other error becomes code internal_failure.
+// Request gets (digest §2.11), any string. An error that is not a CodedError gets the
+// code of its fault kind (fault.Code), or internal_failure when it has none.
 type CodedError struct {
 	Code    string
 	Message string
@@ -83,7 +88,28 @@ func (e *CodedError) Error() string {
 
 func (e *CodedError) Unwrap() error { return e.Err }
 
+// Is matches the fault kind of the code, when the code is one of the error model's.
+func (e *CodedError) Is(target error) bool {
+	k, ok := fault.KindOf(e.Code)
+	return ok && target == k
+}
+
 // Errorf returns a CodedError with a formatted message.
 func Errorf(code, format string, args ...any) *CodedError {
 	return &CodedError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorReply returns the code and message of the Error reply for err: a *CodedError's
+// own; else the wire code of err's fault kind with err's message; an error without a
+// kind is code internal_failure with the message "internal failure" (its text may say
+// more than a client should read; the server log has it).
+func ErrorReply(err error) (code, message string) {
+	var ce *CodedError
+	if errors.As(err, &ce) {
+		return ce.Code, ce.Message
+	}
+	if k, ok := fault.Of(err); ok && k != fault.InternalFailure {
+		return k.Code(), err.Error()
+	}
+	return fault.InternalFailure.Code(), "internal failure"
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
 
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -82,7 +82,7 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 	if a.c.rejectInbound.Load() {
 		a.c.host.metrics.dropped(a.c.transport, "session_closing")
 		if pkt.Kind == wire.KindRequest {
-			_ = pkt.ReplyError(codec.CodeShuttingDown, "session is closing")
+			_ = pkt.ReplyError(fault.ShuttingDown.Code(), "session is closing")
 		}
 		return
 	}
@@ -90,7 +90,7 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 		if r := recover(); r != nil {
 			a.c.host.log.Error("stream session packet callback panicked",
 				"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			a.failRequest(pkt, &CodedError{Code: codec.CodeInternalFailure, Message: "internal failure"})
+			a.failRequest(pkt, &CodedError{Code: fault.InternalFailure.Code(), Message: "internal failure"})
 		}
 	}()
 	if err := a.sess.OnPacket(a.c.ctx, pkt); err != nil {
@@ -111,11 +111,7 @@ func (a *ownerActor) failRequest(pkt *Packet, err error) {
 	if pkt.Kind != wire.KindRequest {
 		return
 	}
-	code, msg := codec.CodeInternalFailure, "internal failure"
-	var ce *CodedError
-	if errors.As(err, &ce) {
-		code, msg = ce.Code, ce.Message
-	}
+	code, msg := ErrorReply(err)
 	if rerr := pkt.ReplyError(code, msg); rerr != nil && !errors.Is(rerr, ErrAlreadyReplied) && !errors.Is(rerr, ErrSessionClosed) {
 		a.c.host.log.Warn("stream error reply failed", "node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "err", rerr)
 	}

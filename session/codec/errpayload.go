@@ -14,24 +14,6 @@ import (
 // FrameDecodeFailed and keeps the connection.
 var ErrBadErrorPayload = errors.New("codec: malformed error payload")
 
-// Error codes the C++ server uses (ErrorKind in snake_case, digest §2.11, §12.5). The
-// spec does not fix the vocabulary; these keep our servers' codes identical to it.
-const (
-	CodeNotFound         = "not_found"
-	CodeAlreadyExists    = "already_exists"
-	CodeTypeMismatch     = "type_mismatch"
-	CodeNotConfigured    = "not_configured"
-	CodeRejected         = "rejected"
-	CodeUnavailable      = "unavailable"
-	CodeCapacityExceeded = "capacity_exceeded"
-	CodeDeadlineExceeded = "deadline_exceeded"
-	CodeShuttingDown     = "shutting_down"
-	CodeProtocolError    = "protocol_error"
-	CodeInvalidOperation = "invalid_operation"
-	CodeDataLost         = "data_lost"
-	CodeInternalFailure  = "internal_failure"
-)
-
 // ErrorPayload is the payload of an Error frame. It is always JSON (header codec JSON)
 // whatever codec the connection otherwise uses.
 type ErrorPayload struct {

@@ -25,7 +25,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/test/proc"
@@ -248,7 +248,7 @@ func TestAbuse_BindChurnLeavesNoActivationsAndBindingsAreBounded(t *testing.T) {
 	}
 	err := greedy.Request(ctx, "bind", map[string]string{"actor": "greedy-100"}, nil)
 	var re *connector.RemoteError
-	if !asRemote(err, &re) || re.Code != codec.CodeCapacityExceeded {
+	if !asRemote(err, &re) || re.Code != fault.CapacityExceeded.Code() {
 		t.Fatalf("bind past --max-bindings-per-session: %v, want capacity_exceeded", err)
 	}
 }
@@ -317,7 +317,7 @@ func TestAbuse_NodeDeathFailsInFlightRequestsAtOnce(t *testing.T) {
 			continue
 		}
 		var re *connector.RemoteError
-		if asRemote(r.err, &re) && re.Code == codec.CodeUnavailable {
+		if asRemote(r.err, &re) && re.Code == fault.Unavailable.Code() {
 			unavailable++
 			if d := r.at.Sub(kill); first == 0 || d < first {
 				first = d

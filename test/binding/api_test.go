@@ -9,8 +9,8 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/test/fleet"
 )
@@ -30,7 +30,7 @@ func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
 	switch pkt.Name {
 	case "test.bindwrong", "test.bindstale", "test.notify", "test.notifyclose":
 		if err := pkt.Decode(&arg); err != nil {
-			return pkt.ReplyError(codec.CodeInvalidOperation, err.Error())
+			return pkt.ReplyError(fault.InvalidOperation.Code(), err.Error())
 		}
 	default:
 		return s.Echo.OnPacket(ctx, pkt)
@@ -40,28 +40,28 @@ func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
 	case "test.bindwrong":
 		fence, err := s.b.Actors().Lookup(ctx, arg.Kind, arg.Actor)
 		if err != nil {
-			return pkt.ReplyError(codec.CodeNotFound, err.Error())
+			return pkt.ReplyError(fault.NotFound.Code(), err.Error())
 		}
 		fence.ObjectGeneration++
 		_, err = bs.Bind(ctx, fence)
-		if errors.Is(err, binding.ErrInvalidOperation) {
-			return pkt.ReplyError(codec.CodeInvalidOperation, err.Error())
+		if errors.Is(err, fault.InvalidOperation) {
+			return pkt.ReplyError(fault.InvalidOperation.Code(), err.Error())
 		}
-		return pkt.ReplyError(codec.CodeInternalFailure, "unexpected: "+errString(err))
+		return pkt.ReplyError(fault.InternalFailure.Code(), "unexpected: "+errString(err))
 	case "test.bindstale":
 		fence, err := s.b.Actors().Lookup(ctx, arg.Kind, arg.Actor)
 		if err != nil {
-			return pkt.ReplyError(codec.CodeNotFound, err.Error())
+			return pkt.ReplyError(fault.NotFound.Code(), err.Error())
 		}
 		fence.AuthorityOwnerGeneration--
 		_, err = bs.Bind(ctx, fence)
-		if errors.Is(err, binding.ErrUnavailable) {
-			return pkt.ReplyError(codec.CodeUnavailable, err.Error())
+		if errors.Is(err, fault.Unavailable) {
+			return pkt.ReplyError(fault.Unavailable.Code(), err.Error())
 		}
-		return pkt.ReplyError(codec.CodeInternalFailure, "unexpected: "+errString(err))
+		return pkt.ReplyError(fault.InternalFailure.Code(), "unexpected: "+errString(err))
 	case "test.notify":
 		if err := bs.NotifyDisconnected(ctx, arg.Actor); err != nil {
-			return pkt.ReplyError(codec.CodeInvalidOperation, err.Error())
+			return pkt.ReplyError(fault.InvalidOperation.Code(), err.Error())
 		}
 		return pkt.Reply(wire.CodecJSON, []byte(`{}`))
 	case "test.notifyclose":

@@ -8,8 +8,8 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
@@ -125,7 +125,7 @@ func TestBounds_RelayTimeout(t *testing.T) {
 	start := time.Now()
 	var out map[string]int
 	err := request(t, c, "room.hold", map[string]int{}, &out)
-	if remoteCode(err) != codec.CodeDeadlineExceeded {
+	if remoteCode(err) != fault.DeadlineExceeded.Code() {
 		t.Fatalf("held request: %v, want deadline_exceeded", err)
 	}
 	if d := time.Since(start); d < timeout || d > timeout+3*time.Second {
@@ -181,7 +181,7 @@ func TestNodeFailure_FailsWaitingWorkAtOnce(t *testing.T) {
 	for i := range n {
 		select {
 		case err := <-results:
-			if remoteCode(err) != codec.CodeUnavailable {
+			if remoteCode(err) != fault.Unavailable.Code() {
 				t.Fatalf("request %d: %v, want unavailable", i, err)
 			}
 		case <-time.After(wait):
@@ -190,7 +190,7 @@ func TestNodeFailure_FailsWaitingWorkAtOnce(t *testing.T) {
 	}
 	select {
 	case err := <-bindErr:
-		if remoteCode(err) != codec.CodeUnavailable {
+		if remoteCode(err) != fault.Unavailable.Code() {
 			t.Fatalf("pending bind: %v, want unavailable", err)
 		}
 	case <-time.After(wait):
@@ -209,7 +209,7 @@ func TestBounds_MaxBindingsPerSession(t *testing.T) {
 	for i := range 3 {
 		mustBind(t, c, fmt.Sprintf("r%d", i), "probe")
 	}
-	if _, err := bind(t, c, "r3", "probe"); remoteCode(err) != codec.CodeCapacityExceeded {
+	if _, err := bind(t, c, "r3", "probe"); remoteCode(err) != fault.CapacityExceeded.Code() {
 		t.Fatalf("fourth bind: %v, want capacity_exceeded", err)
 	}
 	if err := request(t, c, "unbind", map[string]string{"actor": "r0"}, nil); err != nil {

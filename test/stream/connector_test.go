@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -50,10 +50,10 @@ func (a *authApp) onPacket(ctx context.Context, p *session.Packet) error {
 	case "auth":
 		var r authReq
 		if err := p.Decode(&r); err != nil {
-			return session.Errorf(codec.CodeTypeMismatch, "bad auth payload")
+			return session.Errorf(fault.TypeMismatch.Code(), "bad auth payload")
 		}
 		if r.Token != "secret-"+r.User {
-			return session.Errorf(codec.CodeRejected, "bad credentials")
+			return session.Errorf(fault.Rejected.Code(), "bad credentials")
 		}
 		a.mu.Lock()
 		a.users[p.RoutingID()] = r.User
@@ -62,7 +62,7 @@ func (a *authApp) onPacket(ctx context.Context, p *session.Packet) error {
 	}
 	if user == "" {
 		if p.IsRequest() {
-			return session.Errorf(codec.CodeRejected, "authenticate first")
+			return session.Errorf(fault.Rejected.Code(), "authenticate first")
 		}
 		return nil
 	}
@@ -136,10 +136,10 @@ func TestSeed10_ConnectorAuthenticatesAndDispatchesOnSessionNode(t *testing.T) {
 
 			// Before authentication the session refuses.
 			var remote *connector.RemoteError
-			if err := c.Request(ctx, "whoami", struct{}{}, nil); !errors.As(err, &remote) || remote.Code != codec.CodeRejected {
+			if err := c.Request(ctx, "whoami", struct{}{}, nil); !errors.As(err, &remote) || remote.Code != fault.Rejected.Code() {
 				t.Fatalf("whoami before auth: %v", err)
 			}
-			if err := c.Request(ctx, "auth", authReq{User: "ana", Token: "wrong"}, nil); !errors.As(err, &remote) || remote.Code != codec.CodeRejected {
+			if err := c.Request(ctx, "auth", authReq{User: "ana", Token: "wrong"}, nil); !errors.As(err, &remote) || remote.Code != fault.Rejected.Code() {
 				t.Fatalf("auth with a bad token: %v", err)
 			}
 			app.waitPacket(t, "auth") // the refused one
@@ -232,7 +232,7 @@ func TestSeed10_StreamTerminationFailsPendingAndNewSessionResumes(t *testing.T) 
 	waitConnState(t, states, connector.StateReconnecting)
 	waitConnState(t, states, connector.StateConnected)
 	var remote *connector.RemoteError
-	if err := c.Request(ctx, "whoami", struct{}{}, nil); !errors.As(err, &remote) || remote.Code != codec.CodeRejected {
+	if err := c.Request(ctx, "whoami", struct{}{}, nil); !errors.As(err, &remote) || remote.Code != fault.Rejected.Code() {
 		t.Fatalf("whoami on the new session before auth: %v (the old authentication must not carry over)", err)
 	}
 	var second whoami

@@ -15,8 +15,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/test/stream"
 )
@@ -240,7 +240,7 @@ func echo(ctx context.Context, p *session.Packet) error {
 	case p.Name == "echo" && p.Kind == wire.KindSend:
 		return p.Peer.Send(ctx, "echo", p.Codec, p.Payload)
 	case p.Kind == wire.KindRequest:
-		return p.ReplyError(codec.CodeNotFound, "no handler for "+p.Name)
+		return p.ReplyError(fault.NotFound.Code(), "no handler for "+p.Name)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/compress"
@@ -275,9 +276,9 @@ func TestHandlerFailure_ErrorReplyNotTransportError(t *testing.T) {
 		case "err", "send-err":
 			return errors.New("boom: secret internals")
 		case "coded":
-			return session.Errorf(codec.CodeRejected, "nope %d", 1)
+			return session.Errorf(fault.Rejected.Code(), "nope %d", 1)
 		case "wrapped-coded":
-			return fmt.Errorf("layer: %w", &session.CodedError{Code: codec.CodeUnavailable, Message: "down"})
+			return fmt.Errorf("layer: %w", &session.CodedError{Code: fault.Unavailable.Code(), Message: "down"})
 		case "panic", "send-panic":
 			panic("kaboom")
 		case "panic-error":
@@ -293,11 +294,11 @@ func TestHandlerFailure_ErrorReplyNotTransportError(t *testing.T) {
 	cases := []struct {
 		name, code, msg string
 	}{
-		{"err", codec.CodeInternalFailure, ""},
-		{"coded", codec.CodeRejected, "nope 1"},
-		{"wrapped-coded", codec.CodeUnavailable, "down"},
-		{"panic", codec.CodeInternalFailure, ""},
-		{"panic-error", codec.CodeInternalFailure, ""},
+		{"err", fault.InternalFailure.Code(), ""},
+		{"coded", fault.Rejected.Code(), "nope 1"},
+		{"wrapped-coded", fault.Unavailable.Code(), "down"},
+		{"panic", fault.InternalFailure.Code(), ""},
+		{"panic-error", fault.InternalFailure.Code(), ""},
 	}
 	seq := uint64(100)
 	for _, tc := range cases {
@@ -353,12 +354,12 @@ func TestReply_OneShotToken(t *testing.T) {
 	rec.onPacket = func(ctx context.Context, p *session.Packet) error {
 		if p.Kind == wire.KindSend {
 			results <- p.Reply(wire.CodecJSON, []byte(`{}`))
-			results <- p.ReplyError(codec.CodeRejected, "x")
+			results <- p.ReplyError(fault.Rejected.Code(), "x")
 			return nil
 		}
 		results <- p.Reply(wire.CodecJSON, []byte(`{"first":true}`))
 		results <- p.Reply(wire.CodecJSON, []byte(`{"second":true}`))
-		results <- p.ReplyError(codec.CodeRejected, "third")
+		results <- p.ReplyError(fault.Rejected.Code(), "third")
 		results <- p.ReplyValue(map[string]int{"fourth": 4})
 		return nil
 	}
@@ -545,7 +546,7 @@ func TestCompression_BadContainerKeepsConnection(t *testing.T) {
 	if f.Header.Kind != wire.KindError || f.Header.RequestSeq != 9 {
 		t.Fatalf("reply %s seq %d payload %q", kindName(f.Header.Kind), f.Header.RequestSeq, f.Payload)
 	}
-	if ep, err := codec.DecodeErrorPayload(f.Payload); err != nil || ep.Code != codec.CodeProtocolError {
+	if ep, err := codec.DecodeErrorPayload(f.Payload); err != nil || ep.Code != fault.ProtocolError.Code() {
 		t.Errorf("error payload %q: %+v %v", f.Payload, ep, err)
 	}
 	roundTrip(t, c, 10)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
@@ -507,7 +508,7 @@ func TestSeed10_ReplyHeaderHasNoNameAndMatchesBySeq(t *testing.T) {
 				for i := len(batch) - 1; i >= 0; i-- {
 					q := batch[i]
 					if q.RequestSeq == 3 {
-						_ = q.ReplyError(codec.CodeRejected, "seq three is rejected")
+						_ = q.ReplyError(fault.Rejected.Code(), "seq three is rejected")
 						continue
 					}
 					_ = q.ReplyValue(map[string]uint64{"seq": q.RequestSeq})
@@ -551,7 +552,7 @@ func TestSeed10_ReplyHeaderHasNoNameAndMatchesBySeq(t *testing.T) {
 				t.Errorf("reply seq 3: %s codec %d, want Error JSON", kindName(h.Kind), h.Codec)
 			}
 			ep, err := codec.DecodeErrorPayload(f.Payload)
-			if err != nil || ep.Code != codec.CodeRejected {
+			if err != nil || ep.Code != fault.Rejected.Code() {
 				t.Errorf("error payload %q: %+v %v", f.Payload, ep, err)
 			}
 		default:

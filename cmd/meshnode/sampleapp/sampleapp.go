@@ -21,8 +21,8 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
-	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -57,13 +57,13 @@ func (e *Echo) OnPacket(ctx context.Context, pkt *session.Packet) error {
 	case pkt.Name == "echo" && pkt.Kind == wire.KindSend:
 		return pkt.Peer.Send(ctx, "echo", pkt.Codec, pkt.Payload)
 	case pkt.Name == "fail" && pkt.Kind == wire.KindRequest:
-		return pkt.ReplyError(codec.CodeRejected, "the sample app rejects every fail request")
+		return pkt.ReplyError(fault.Rejected.Code(), "the sample app rejects every fail request")
 	case e.b != nil && pkt.Name == "bind" && pkt.Kind == wire.KindRequest:
 		return e.bind(ctx, pkt)
 	case e.b != nil && pkt.Name == "unbind" && pkt.Kind == wire.KindRequest:
 		var arg actorArg
 		if err := pkt.Decode(&arg); err != nil || arg.Actor == "" {
-			return pkt.ReplyError(codec.CodeInvalidOperation, `unbind needs {"actor":ID}`)
+			return pkt.ReplyError(fault.InvalidOperation.Code(), `unbind needs {"actor":ID}`)
 		}
 		if err := e.b.Session(pkt.Peer).Unbind(ctx, arg.Actor); err != nil {
 			return pkt.ReplyError(errorCode(err), err.Error())
@@ -72,7 +72,7 @@ func (e *Echo) OnPacket(ctx context.Context, pkt *session.Packet) error {
 	case e.b != nil && len(pkt.Name) > 5 && pkt.Name[:5] == "room.":
 		return e.relay(ctx, pkt)
 	case pkt.Kind == wire.KindRequest:
-		return pkt.ReplyError(codec.CodeNotFound, "no handler for packet "+pkt.Name)
+		return pkt.ReplyError(fault.NotFound.Code(), "no handler for packet "+pkt.Name)
 	}
 	return nil
 }
@@ -83,7 +83,7 @@ func (e *Echo) bind(ctx context.Context, pkt *session.Packet) error {
 		Kind  string `json:"kind"`
 	}
 	if err := pkt.Decode(&arg); err != nil || arg.Actor == "" {
-		return pkt.ReplyError(codec.CodeInvalidOperation, `bind needs {"actor":ID}`)
+		return pkt.ReplyError(fault.InvalidOperation.Code(), `bind needs {"actor":ID}`)
 	}
 	if arg.Kind == "" {
 		arg.Kind = RoomKind
@@ -102,7 +102,7 @@ func (e *Echo) bind(ctx context.Context, pkt *session.Packet) error {
 		if fence, err = e.b.Actors().Lookup(ctx, arg.Kind, arg.Actor); err != nil {
 			return pkt.ReplyError(errorCode(err), err.Error())
 		}
-		if bd, err = s.Bind(ctx, fence); !errors.Is(err, binding.ErrNotFound) {
+		if bd, err = s.Bind(ctx, fence); !errors.Is(err, fault.NotFound) {
 			break
 		}
 	}
@@ -129,24 +129,8 @@ func (e *Echo) relay(ctx context.Context, pkt *session.Packet) error {
 	return nil
 }
 
-// errorCode maps binding and lookup errors to Error reply codes.
-func errorCode(err error) string {
-	switch {
-	case errors.Is(err, binding.ErrNotBound), errors.Is(err, binding.ErrInvalidOperation):
-		return codec.CodeInvalidOperation
-	case errors.Is(err, actor.ErrUnknownKind), errors.Is(err, binding.ErrNotFound):
-		return codec.CodeNotFound
-	case errors.Is(err, actor.ErrBadID):
-		return codec.CodeInvalidOperation
-	case errors.Is(err, binding.ErrSessionClosing):
-		return codec.CodeShuttingDown
-	case errors.Is(err, binding.ErrTooManyBindings), errors.Is(err, actor.ErrMailboxFull):
-		return codec.CodeCapacityExceeded
-	case errors.Is(err, actor.ErrNotFound):
-		return codec.CodeNotFound
-	}
-	return codec.CodeUnavailable
-}
+// errorCode is the Error reply code of err: the wire code of its fault kind.
+func errorCode(err error) string { return fault.Code(err) }
 
 // Room is the sample Actor: it answers room.echo and broadcasts room.say to its bound
 // session.
@@ -163,7 +147,7 @@ func (r *Room) Receive(ctx *actor.Context) {
 	case m.Name == "room.echo" && m.Request:
 		payload := json.RawMessage(m.Payload)
 		if !json.Valid(payload) {
-			_ = r.b.ReplyError(ctx, m, codec.CodeInvalidOperation, "room.echo needs a JSON payload")
+			_ = r.b.ReplyError(ctx, m, fault.InvalidOperation.Code(), "room.echo needs a JSON payload")
 			return
 		}
 		out, _ := json.Marshal(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
@@ -171,6 +155,6 @@ func (r *Room) Receive(ctx *actor.Context) {
 	case m.Name == "room.say":
 		_ = r.b.Push(ctx, "room.said", m.Codec, m.Payload)
 	case m.Request:
-		_ = r.b.ReplyError(ctx, m, codec.CodeNotFound, "room has no handler for "+m.Name)
+		_ = r.b.ReplyError(ctx, m, fault.NotFound.Code(), "room has no handler for "+m.Name)
 	}
 }
