@@ -227,7 +227,9 @@ func TestDirectoryFailoverAfterKill(t *testing.T) {
 		}
 	}
 	c.Kill(2)
-	if err := c.WaitUntil(wait, func() bool { return !c.Node(0).IsLive(old.Node) && !c.Node(1).IsLive(old.Node) }); err != nil {
+	if err := c.WaitUntil(wait, func() bool {
+		return !c.Node(0).Membership().IsLive(old.Node) && !c.Node(1).Membership().IsLive(old.Node)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.host(0).Send(ctx, old, actor.Message{Name: "n", Data: []byte("lost?")}); !errors.Is(err, fault.Unavailable) {

@@ -44,7 +44,7 @@ func (d *RendezvousDirectory) Lookup(ctx context.Context, kind, id, onRID string
 	self := h.node.ID()
 	target := onRID
 	if target == "" {
-		owner := d.ownerOf(id, h.node.LiveMembers())
+		owner := d.ownerOf(id, h.node.Membership().Live())
 		if owner.RID == "" {
 			return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
 		}
@@ -110,8 +110,8 @@ func (e *notOwnerError) Error() string {
 
 func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id string, placeHere bool) (RouteFence, error) {
 	h := d.host
-	mem, ok := h.node.Member(rid)
-	if !ok || !h.node.IsLive(mem.ID) {
+	mem, ok := h.node.Membership().Member(rid)
+	if !ok || !h.node.Membership().IsLive(mem.ID) {
 		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: node %s is not a live member", rid)
 	}
 	timeout := defaultLookupTimeout
@@ -175,7 +175,7 @@ func (a *directoryActor) Receive(ctx proto.Context) {
 func (h *Host) serveLookup(req *meshpb.LookupRequest) *meshpb.LookupResponse {
 	if !req.PlaceHere {
 		if rd, ok := h.dir.(*RendezvousDirectory); ok {
-			if owner := rd.ownerOf(req.ActorId, h.node.LiveMembers()); owner.RID != h.node.ID().RID {
+			if owner := rd.ownerOf(req.ActorId, h.node.Membership().Live()); owner.RID != h.node.ID().RID {
 				return &meshpb.LookupResponse{ActorId: req.ActorId, ErrorCode: codeNotOwner, OwnerRid: owner.RID}
 			}
 		}

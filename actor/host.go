@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -73,8 +74,8 @@ type Host struct {
 	unsubscribe func()
 	dirPID      *proto.PID
 
-	pidMu sync.Mutex
-	pids  map[pidKey]*proto.PID // remote activations' PIDs, resolved once
+	addrMu sync.Mutex
+	addrs  map[addrKey]mesh.ActorAddr // remote activations' addresses, resolved once
 
 	turnHandlers turnHandlers
 	missing      func(from mesh.NodeID, rec *wire.Record)
@@ -93,33 +94,33 @@ type Host struct {
 	sweepDone       chan struct{}
 }
 
-type pidKey struct {
+type addrKey struct {
 	node mesh.NodeID
 	ref  Ref
 }
 
-// maxCachedPIDs bounds the PID cache; it is simply cleared when full.
-const maxCachedPIDs = 1 << 16
+// maxCachedAddrs bounds the address cache; it is simply cleared when full.
+const maxCachedAddrs = 1 << 16
 
-func (h *Host) remotePID(to RouteFence) (*proto.PID, error) {
-	k := pidKey{node: to.Node, ref: to.Ref}
-	h.pidMu.Lock()
-	pid, ok := h.pids[k]
-	h.pidMu.Unlock()
+func (h *Host) remoteAddr(to RouteFence) (mesh.ActorAddr, error) {
+	k := addrKey{node: to.Node, ref: to.Ref}
+	h.addrMu.Lock()
+	addr, ok := h.addrs[k]
+	h.addrMu.Unlock()
 	if ok {
-		return pid, nil
+		return addr, nil
 	}
-	pid, err := h.node.ActorPID(to.Node, activationName(to.Ref))
+	addr, err := h.node.Records().ActorAddr(to.Node, activationName(to.Ref))
 	if err != nil {
-		return nil, err
+		return mesh.ActorAddr{}, err
 	}
-	h.pidMu.Lock()
-	if len(h.pids) >= maxCachedPIDs {
-		h.pids = map[pidKey]*proto.PID{}
+	h.addrMu.Lock()
+	if len(h.addrs) >= maxCachedAddrs {
+		h.addrs = map[addrKey]mesh.ActorAddr{}
 	}
-	h.pids[k] = pid
-	h.pidMu.Unlock()
-	return pid, nil
+	h.addrs[k] = addr
+	h.addrMu.Unlock()
+	return addr, nil
 }
 
 // activation is one live Actor.
@@ -146,7 +147,7 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: node.ActorSystem(), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, pids: map[pidKey]*proto.PID{},
+	h := &Host{node: node, system: nodert.SystemOf(node), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]mesh.ActorAddr{},
 		maxMailbox: opts.MaxMailbox, maxMailboxBytes: opts.MaxMailboxBytes, idleTimeout: opts.IdleTimeout}
 	if h.log == nil {
 		h.log = node.Logger()
@@ -178,9 +179,9 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		_ = h.system.Root.StopFuture(pid).Wait()
 		return nil, fmt.Errorf("actor: metrics: %w", err)
 	}
-	node.Handle(wire.CmdActorSend, h.receiveActorSend)
-	node.OnUndeliverable(h.undeliverable)
-	h.unsubscribe = node.Subscribe(h.onMembership)
+	node.Records().Handle(wire.CmdActorSend, h.receiveActorSend)
+	node.Records().OnUndeliverable(h.undeliverable)
+	h.unsubscribe = node.Membership().Subscribe(h.onMembership)
 	if h.idleTimeout > 0 {
 		h.stopSweep, h.sweepDone = make(chan struct{}), make(chan struct{})
 		go h.sweep()
@@ -339,7 +340,7 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 		h.system.Root.Send(a.pid, &m)
 		return nil
 	}
-	if !h.node.IsLive(to.Node) {
+	if !h.node.Membership().IsLive(to.Node) {
 		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", to.Node)
 	}
 	rec, release, err := actorSendRecord(to, msg)
@@ -347,9 +348,9 @@ func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
 		return err
 	}
 	// Addressed straight to the activation: no hop through the node's record receiver.
-	pid, err := h.remotePID(to)
+	addr, err := h.remoteAddr(to)
 	if err == nil {
-		err = h.node.SendToPID(ctx, to.Node, pid, rec)
+		err = h.node.Records().SendToActor(ctx, addr, rec)
 	}
 	release()
 	if err != nil {
@@ -393,7 +394,7 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 	if send, ok := rec.Body.(*wire.ActorSend); ok && send.BoundSession != nil {
 		// Relays of a bound session are addressed to the activation itself and judged
 		// against its binding there; one that arrives here bypassed that.
-		h.node.DropStale(from, "bound-session relay not addressed to its activation")
+		h.node.Records().DropStale(from, "bound-session relay not addressed to its activation")
 		return
 	}
 	to, msg, ok := decodeActorSend(rec)
@@ -403,7 +404,7 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 	}
 	a, found := h.local(to.ID)
 	if !found || !fenceMatches(a.fence, to) {
-		h.node.DropStale(from, "record 24 for "+to.String()+": no such activation")
+		h.node.Records().DropStale(from, "record 24 for "+to.String()+": no such activation")
 		return
 	}
 	h.system.Root.Send(a.pid, msg)
@@ -419,7 +420,7 @@ func (h *Host) onMembership(ev mesh.MemberEvent) {
 	if !ok {
 		return
 	}
-	members := h.node.LiveMembers()
+	members := h.node.Membership().Live()
 	var moved []string
 	h.mu.Lock()
 	for id, a := range h.acts {
@@ -478,7 +479,7 @@ func (s *shell) Receive(pctx proto.Context) {
 // the node's record receiver would, then either an Actor message (plain 24) or a
 // record for the layer that registered its command (bindings).
 func (s *shell) receiveRecord(env *meshpb.Envelope) {
-	from, rec, ok := s.h.node.Accept(env)
+	from, rec, ok := s.h.node.Records().Accept(env)
 	if !ok {
 		return
 	}
@@ -488,16 +489,16 @@ func (s *shell) receiveRecord(env *meshpb.Envelope) {
 			s.guard(func() { fn(t, from, rec) })
 			return
 		}
-		s.h.node.DropStale(from, "record "+rec.Command().String()+" addressed to an Actor has no handler")
+		s.h.node.Records().DropStale(from, "record "+rec.Command().String()+" addressed to an Actor has no handler")
 		return
 	}
 	to, am, ok := decodeActorSend(rec)
 	if !ok {
-		s.h.node.DropStale(from, "record 24 without a payload")
+		s.h.node.Records().DropStale(from, "record 24 without a payload")
 		return
 	}
 	if !fenceMatches(s.act.fence, to) {
-		s.h.node.DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
+		s.h.node.Records().DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
 		return
 	}
 	s.deliver(am)

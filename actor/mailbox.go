@@ -38,7 +38,7 @@ type activationMailbox struct {
 func (m activationMailbox) PostUserMessage(msg any) {
 	switch v := msg.(type) {
 	case *meshpb.Envelope:
-		if !m.h.node.Arrived(v) {
+		if !m.h.node.Records().Arrived(v) {
 			return
 		}
 		size := envelopeBytes(v)
@@ -91,7 +91,7 @@ func (h *Host) rejected(a *activation, env *meshpb.Envelope) {
 	h.mailboxRejected.Add(1)
 	h.ratelog.Log(h.log, slog.LevelWarn, "mailbox_full", "actor: mailbox full, record refused",
 		"actor", a.fence.Ref.String(), "kind", a.kind, "queued", a.queued.Load(), "queued_bytes", a.queuedBytes.Load())
-	from, rec, ok := h.node.Accept(env)
+	from, rec, ok := h.node.Records().Accept(env)
 	if !ok {
 		return
 	}

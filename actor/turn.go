@@ -99,12 +99,12 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 			ToRid: self.RID, ToGeneration: self.Generation, Frames: frames})
 		return nil
 	}
-	if !h.node.IsLive(to.Node) {
+	if !h.node.Membership().IsLive(to.Node) {
 		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", to.Node)
 	}
-	pid, err := h.remotePID(to)
+	addr, err := h.remoteAddr(to)
 	if err == nil {
-		err = h.node.SendToPID(ctx, to.Node, pid, rec)
+		err = h.node.Records().SendToActor(ctx, addr, rec)
 	}
 	if err != nil {
 		return fmt.Errorf("actor: send to %s: %w", to.Ref, err)
@@ -140,7 +140,7 @@ func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
 	if fn == nil {
 		return false
 	}
-	from, rec, ok := h.node.Accept(env)
+	from, rec, ok := h.node.Records().Accept(env)
 	if ok {
 		fn(from, rec)
 	}

@@ -78,9 +78,9 @@ func reply(wait bool, b *Binder, to mesh.NodeID, corr uint64, result wire.Termin
 	r := &wire.Record{Body: &wire.Reply{Correlation: corr, Result: result, Failure: failure, BindOK: ok}}
 	var err error
 	if wait {
-		err = b.node.Send(context.Background(), to, r)
+		err = b.node.Records().Send(context.Background(), to, r)
 	} else {
-		err = b.node.TrySend(to, r)
+		err = b.node.Records().TrySend(to, r)
 	}
 	if err != nil {
 		b.log.Debug("binding: terminal not sent", "to", to.String(), "err", err)
@@ -147,7 +147,7 @@ func (b *Binder) notifyReplaced(self actor.RouteFence, prev *actorBinding) {
 			BindingGeneration:    prev.gen,
 		},
 	}}
-	if err := b.node.Send(context.Background(), prev.owner, rec); err != nil {
+	if err := b.node.Records().Send(context.Background(), prev.owner, rec); err != nil {
 		b.log.Debug("binding: replacement notice not sent", "to", prev.owner.String(), "err", err)
 	}
 }
@@ -245,7 +245,7 @@ func (b *Binder) send36(ctx *actor.Context, cur *actorBinding, gen uint64, name,
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(ctx.Self()), ExpectedBindingGeneration: gen},
 		Payload: &wire.Payload{PacketName: name, ContentType: ct, Data: data},
 	}
-	return b.node.Send(ctx, cur.owner, rec)
+	return b.node.Records().Send(ctx, cur.owner, rec)
 }
 
 // onMissingActor answers a 38 addressed to an activation that no longer exists and has
@@ -292,9 +292,9 @@ func (b *Binder) failRelay(from mesh.NodeID, rec *wire.Record, code, message str
 	var err error
 	if from == b.node.ID() {
 		// Same node: the record receiver takes it in-process.
-		err = b.node.Send(context.Background(), from, r)
+		err = b.node.Records().Send(context.Background(), from, r)
 	} else {
-		err = b.node.TrySend(from, r)
+		err = b.node.Records().TrySend(from, r)
 	}
 	if err != nil {
 		b.log.Debug("binding: relay failure reply not sent", "to", from.String(), "code", code, "err", err)
@@ -315,7 +315,7 @@ func (b *Binder) onActorStop(t *actor.Turn) {
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
 		Payload: &wire.Payload{PacketName: unboundPacketName, ContentType: codec.ContentTypeRaw},
 	}
-	if err := b.node.Send(context.Background(), cur.owner, rec); err != nil {
+	if err := b.node.Records().Send(context.Background(), cur.owner, rec); err != nil {
 		b.log.Debug("binding: unbound notice not sent", "to", cur.owner.String(), "err", err)
 	}
 }

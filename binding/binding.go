@@ -164,9 +164,9 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 		pending:  map[uint64]*pendingOp{},
 	}
 	// Session-owner role: terminals, pushes and replacements arrive at the node.
-	node.Handle(wire.CmdReply, b.onReply)
-	node.Handle(wire.CmdBoundSessionSend, b.onPush)
-	node.Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
+	node.Records().Handle(wire.CmdReply, b.onReply)
+	node.Records().Handle(wire.CmdBoundSessionSend, b.onPush)
+	node.Records().Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
 	// Actor-owner role: binds and relays are addressed to the activation itself and
 	// handled in its turn.
 	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
@@ -174,7 +174,7 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleMissingActor(b.onMissingActor)
 	actors.HandleRejected(b.onRejected)
 	actors.HandleStop(b.onActorStop)
-	b.unsubscribe = node.Subscribe(b.onMembership)
+	b.unsubscribe = node.Membership().Subscribe(b.onMembership)
 	mp := opts.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -219,7 +219,7 @@ func (b *Binder) Drops() (stalePush, staleRelay, staleReplaced, lateReply int64)
 
 func (b *Binder) rejected(counter *atomic.Int64, from mesh.NodeID, what string) {
 	counter.Add(1)
-	b.node.DropStale(from, what)
+	b.node.Records().DropStale(from, what)
 }
 
 // Stats counts the binding state this node holds (for tests and operators).

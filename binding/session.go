@@ -90,7 +90,7 @@ func (s *Session) ingressGate() <-chan struct{} {
 	}
 	if nodes := s.peerNodes.Load(); nodes != nil {
 		for _, n := range *nodes {
-			if ch := s.b.node.PeerBlocked(n); ch != nil {
+			if ch := s.b.node.Records().PeerBlocked(n); ch != nil {
 				return ch
 			}
 		}

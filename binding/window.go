@@ -169,7 +169,7 @@ func (b *Binder) sendCredit(t *actor.Turn, cur *actorBinding) {
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
 		Payload: &wire.Payload{PacketName: creditPacketName, ContentType: codec.ContentTypeRaw, Data: binary.BigEndian.AppendUint64(nil, cur.consumed)},
 	}
-	if err := b.node.Send(context.Background(), cur.owner, rec); err != nil {
+	if err := b.node.Records().Send(context.Background(), cur.owner, rec); err != nil {
 		b.log.Debug("binding: credit not sent", "to", cur.owner.String(), "err", err)
 	}
 }

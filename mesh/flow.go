@@ -336,14 +336,8 @@ func envelopeSize(env *meshpb.Envelope) int64 {
 	return n
 }
 
-// Arrived must be called for every envelope that reaches this node (once; a second call
-// is harmless), when it is put into the mailbox of the actor it is addressed to
-// (before it waits there): it
-// feeds the flow control of the peer that sent it. The node's record receiver does it
-// for the envelopes addressed to it; the Actor host for those addressed to
-// activations. It reports whether the envelope carries a record (false for an
-// envelope that only acknowledges).
-func (n *Node) Arrived(env *meshpb.Envelope) bool {
+// arrived: see Records.Arrived.
+func (n *Node) arrived(env *meshpb.Envelope) bool {
 	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	if from != n.id && (env.ToRid == n.id.RID && env.ToGeneration == n.id.Generation) {
 		if l := n.flow.link(from); l != nil {
@@ -353,10 +347,8 @@ func (n *Node) Arrived(env *meshpb.Envelope) bool {
 	return len(env.Frames) > 0
 }
 
-// PeerBlocked returns nil while the window toward the live member to has room, or a
-// channel that is closed when room may have come back. Sessions that relay to to stop
-// pulling packets until then.
-func (n *Node) PeerBlocked(to NodeID) <-chan struct{} {
+// peerBlocked: see Records.PeerBlocked.
+func (n *Node) peerBlocked(to NodeID) <-chan struct{} {
 	l := n.flow.get(to)
 	if l == nil || !l.full.Load() {
 		return nil
@@ -378,8 +370,8 @@ type FlowStats struct {
 	Backpressured int64 // sends that failed for lack of room
 }
 
-// FlowStats returns the current flow-control figures (also exported as metrics).
-func (n *Node) FlowStats() FlowStats {
+// flowStats: see Records.FlowStats.
+func (n *Node) flowStats() FlowStats {
 	var s FlowStats
 	for _, l := range *n.flow.links.Load() {
 		s.Peers++

@@ -91,7 +91,7 @@ func bindRecord(corr uint64, target mesh.NodeID) *wire.Record {
 func TestThreeNodesConverge(t *testing.T) {
 	c := meshtest.Start(t, 3, meshtest.Options{})
 	for i := 0; i < 3; i++ {
-		members := c.Node(i).Members(context.Background())
+		members := c.Node(i).Membership().Members(context.Background())
 		if len(members) != 3 {
 			t.Fatalf("node %d sees %d members", i, len(members))
 		}
@@ -109,7 +109,7 @@ func TestMembershipEventsLeftFailedRejoin(t *testing.T) {
 	c := meshtest.Start(t, 4, meshtest.Options{})
 	var mu sync.Mutex
 	var events []mesh.MemberEvent
-	unsub := c.Node(0).Subscribe(func(e mesh.MemberEvent) {
+	unsub := c.Node(0).Membership().Subscribe(func(e mesh.MemberEvent) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -136,7 +136,7 @@ func TestMembershipEventsLeftFailedRejoin(t *testing.T) {
 	if err := c.WaitUntil(wait, has(mesh.EventFailed, victim)); err != nil {
 		t.Fatalf("no failed event for %s: %v", victim, err)
 	}
-	if m, ok := c.Node(0).Member(victim.RID); !ok || m.State != mesh.StateDead {
+	if m, ok := c.Node(0).Membership().Member(victim.RID); !ok || m.State != mesh.StateDead {
 		t.Fatalf("killed node state %+v", m)
 	}
 	reborn := c.Restart(2).ID()
@@ -156,12 +156,12 @@ func TestMembershipEventsLeftFailedRejoin(t *testing.T) {
 func TestRecordDeliveredAndTapped(t *testing.T) {
 	c := meshtest.Start(t, 2, meshtest.Options{})
 	got := make(chan mesh.NodeID, 1)
-	c.Node(1).Handle(wire.CmdBoundSessionBind, func(from mesh.NodeID, rec *wire.Record) {
+	c.Node(1).Records().Handle(wire.CmdBoundSessionBind, func(from mesh.NodeID, rec *wire.Record) {
 		if b, ok := rec.Body.(*wire.BoundSessionBind); ok && b.Correlation == 42 {
 			got <- from
 		}
 	})
-	if err := c.Node(0).Send(context.Background(), c.Node(1).ID(), bindRecord(42, c.Node(1).ID())); err != nil {
+	if err := c.Node(0).Records().Send(context.Background(), c.Node(1).ID(), bindRecord(42, c.Node(1).ID())); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -184,11 +184,11 @@ func TestSendToDeadNodeIsUnavailable(t *testing.T) {
 	c := meshtest.Start(t, 3, meshtest.Options{})
 	dead := c.Node(2).ID()
 	c.Kill(2)
-	if err := c.WaitUntil(wait, func() bool { return !c.Node(0).IsLive(dead) }); err != nil {
+	if err := c.WaitUntil(wait, func() bool { return !c.Node(0).Membership().IsLive(dead) }); err != nil {
 		t.Fatal(err)
 	}
 	c.Tap().Reset()
-	err := c.Node(0).Send(context.Background(), dead, bindRecord(1, dead))
+	err := c.Node(0).Records().Send(context.Background(), dead, bindRecord(1, dead))
 	if !errors.Is(err, fault.Unavailable) {
 		t.Fatalf("send to dead node: %v", err)
 	}
@@ -206,7 +206,7 @@ func TestBadRecordsDroppedAndCounted(t *testing.T) {
 	c := meshtest.Start(t, 3, meshtest.Options{MeterProvider: rs.provider})
 	handled := make(chan uint64, 16)
 	register := func(n *mesh.Node) {
-		n.Handle(wire.CmdBoundSessionBind, func(_ mesh.NodeID, rec *wire.Record) {
+		n.Records().Handle(wire.CmdBoundSessionBind, func(_ mesh.NodeID, rec *wire.Record) {
 			handled <- rec.Body.(*wire.BoundSessionBind).Correlation
 		})
 	}
@@ -220,18 +220,18 @@ func TestBadRecordsDroppedAndCounted(t *testing.T) {
 	from := c.Node(0).ID()
 	good, _ := wire.Encode(bindRecord(1, reborn.ID()))
 	stale := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: old.RID, ToGeneration: old.Generation, Frames: good}
-	c.Node(0).SendEnvelope(reborn.RemoteAddr(), stale)
+	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, stale)
 	stranger := &meshpb.Envelope{FromRid: "stranger", FromGeneration: 7, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: good}
-	c.Node(0).SendEnvelope(reborn.RemoteAddr(), stranger)
+	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, stranger)
 	malformed := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: [][]byte{{'Z', 'M', 1, 38, 0, 0}}}
-	c.Node(0).SendEnvelope(reborn.RemoteAddr(), malformed)
+	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, malformed)
 	// Node 0 has no handler for 38.
-	if err := c.Node(1).Send(context.Background(), from, bindRecord(2, from)); err != nil {
+	if err := c.Node(1).Records().Send(context.Background(), from, bindRecord(2, from)); err != nil {
 		t.Fatal(err)
 	}
 	// A good record last: it arrives after the bad ones (one sender, one stream).
 	ok := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: good}
-	c.Node(0).SendEnvelope(reborn.RemoteAddr(), ok)
+	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, ok)
 	select {
 	case corr := <-handled:
 		if corr != 1 {
@@ -275,18 +275,18 @@ func TestJoinRetriesUntilSeedAppears(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start with an absent seed: %v", err)
 	}
-	defer a.Kill()
+	defer meshtest.Kill(a)
 	b, err := mesh.Start(context.Background(), mesh.Config{MeshPort: port, Preset: mesh.PresetTest})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Kill()
+	defer meshtest.Kill(b)
 	select {
-	case <-a.Joined():
+	case <-a.Membership().Joined():
 	case <-time.After(wait):
 		t.Fatal("node did not join the seed once it appeared")
 	}
-	if !a.IsLive(b.ID()) {
+	if !a.Membership().IsLive(b.ID()) {
 		t.Fatal("seed not live in the joiner's view")
 	}
 }

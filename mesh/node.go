@@ -61,8 +61,6 @@ type Config struct {
 	Join []string
 	// Preset tunes memberlist (default PresetLAN).
 	Preset Preset
-	// ActorSystem hosts the node's actors. nil: the node makes and owns one.
-	ActorSystem *actor.ActorSystem
 	// Logger, MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
@@ -79,7 +77,6 @@ type Node struct {
 	cfg      Config
 	log      *slog.Logger
 	system   *actor.ActorSystem
-	ownSys   bool
 	remote   *remote.Remote
 	members  *membership
 	metrics  *meshMetrics
@@ -96,10 +93,13 @@ type Node struct {
 	remAddr  string
 	meta     nodeMeta
 
-	flow          *flow
-	unsubFlow     func()
-	deadLetters   *eventstream.Subscription
-	undeliverable atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
+	flow *flow
+
+	membershipView Membership
+	recordsView    Records
+	unsubFlow      func()
+	deadLetters    *eventstream.Subscription
+	undeliverable  atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
 }
 
 // Errors of node start-up.
@@ -129,11 +129,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.MeterProvider = otel.GetMeterProvider()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	n.membershipView.n, n.recordsView.n = n, n
 	n.flow = newFlow(n, cfg.PeerWindowRecords, cfg.PeerWindowBytes)
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
-	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.FlowStats); err != nil {
+	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats); err != nil {
 		return nil, fmt.Errorf("mesh metrics: %w", err)
 	}
 
@@ -167,17 +168,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	remotePort := remoteLn.Addr().(*net.TCPAddr).Port
 	n.remAddr = net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(remotePort))
-	if cfg.ActorSystem != nil {
-		n.system = cfg.ActorSystem
-	} else {
-		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(logfloor.New(n.log.Handler(), slog.LevelWarn))
-		}),
-			// The dead-letter throttle parks a goroutine for one interval after the first
-			// dead letter; keep it short so it never outlives the node for long.
-			actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
-		n.ownSys = true
-	}
+	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(logfloor.New(n.log.Handler(), slog.LevelWarn))
+	}),
+		// The dead-letter throttle parks a goroutine for one interval after the first
+		// dead letter; keep it short so it never outlives the node for long.
+		actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
 	rc := remote.Configure(cfg.BindHost, remotePort,
 		remote.WithListener(remoteLn),
 		remote.WithAdvertisedHost(n.remAddr),
@@ -195,9 +191,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.remote.Start(); err != nil {
 		_ = remoteLn.Close()
 		_ = nt.Shutdown()
-		if n.ownSys {
-			n.system.Shutdown()
-		}
+		n.system.Shutdown()
 		return nil, fmt.Errorf("mesh: remote: %w", err)
 	}
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
@@ -284,46 +278,14 @@ func (n *Node) MeshAddr() string { return n.meshAddr }
 // RemoteAddr returns the advertised protoactor remote address.
 func (n *Node) RemoteAddr() string { return n.remAddr }
 
-// ActorSystem returns the actor system of the node.
-func (n *Node) ActorSystem() *actor.ActorSystem { return n.system }
-
 // Logger returns the node's logger.
 func (n *Node) Logger() *slog.Logger { return n.log }
 
-// Members returns every member this node knows, itself included, sorted by RID. Live
-// members are probed: one that does not answer is reported as suspect.
-func (n *Node) Members(ctx context.Context) []Member {
-	return n.members.probe(ctx, n.members.members())
-}
+// Membership returns the node's view of the mesh: members, events, liveness.
+func (n *Node) Membership() *Membership { return &n.membershipView }
 
-// LiveMembers returns the members whose current lifecycle has not departed, without
-// probing, itself included.
-func (n *Node) LiveMembers() []Member {
-	all := n.members.members()
-	out := all[:0]
-	for _, m := range all {
-		if m.State == StateAlive || m.State == StateSuspect {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// Member returns the current lifecycle of rid.
-func (n *Node) Member(rid string) (Member, bool) { return n.members.lookup(rid) }
-
-// IsLive reports whether id is a current, not departed, member lifecycle.
-func (n *Node) IsLive(id NodeID) bool {
-	_, ok := n.members.live(id)
-	return ok
-}
-
-// Subscribe calls fn for every membership event, in order, on the membership's event
-// goroutine (fn must not block). The returned function unsubscribes.
-func (n *Node) Subscribe(fn func(MemberEvent)) (unsubscribe func()) { return n.members.subscribe(fn) }
-
-// Joined is closed once another member has joined this node's view.
-func (n *Node) Joined() <-chan struct{} { return n.members.joined }
+// Records returns the node's record transport: handlers, sends, flow control, tap.
+func (n *Node) Records() *Records { return &n.recordsView }
 
 // Leave leaves the mesh gracefully and stops the node: peers see it as left.
 func (n *Node) Leave(ctx context.Context) error {
@@ -350,9 +312,9 @@ func (n *Node) Leave(ctx context.Context) error {
 	return err
 }
 
-// Kill stops the node abruptly, without leaving: peers detect it as failed. For tests
-// of failure handling.
-func (n *Node) Kill() {
+// kill stops the node abruptly, without leaving: peers detect it as failed. Tests reach
+// it through meshtest.Kill.
+func (n *Node) kill() {
 	n.stopOnce.Do(func() {
 		n.stopping.Store(true)
 		close(n.stop)
@@ -375,9 +337,7 @@ func (n *Node) shutdownTransport() {
 		n.system.EventStream.Unsubscribe(n.deadLetters)
 	}
 	n.remote.Shutdown(false)
-	if n.ownSys {
-		n.system.Shutdown()
-	}
+	n.system.Shutdown()
 }
 
 var _ io.Writer = slogWriter{}

@@ -76,14 +76,14 @@ type recordsMailbox struct {
 }
 
 func (m recordsMailbox) PostUserMessage(msg any) {
-	if env, ok := msg.(*meshpb.Envelope); ok && !m.n.Arrived(env) {
+	if env, ok := msg.(*meshpb.Envelope); ok && !m.n.arrived(env) {
 		return // an acknowledgement only: nothing to dispatch
 	}
 	m.Mailbox.PostUserMessage(msg)
 }
 
 func (n *Node) receive(env *meshpb.Envelope) {
-	from, rec, ok := n.Accept(env)
+	from, rec, ok := n.accept(env)
 	if !ok {
 		return
 	}
@@ -95,11 +95,8 @@ func (n *Node) receive(env *meshpb.Envelope) {
 	h(from, rec)
 }
 
-// Accept validates an inbound envelope (addressed to this node lifecycle, from a
-// current member, a well-formed record), counts and taps it, and returns the record.
-// Invalid envelopes are counted as dropped and logged; ok is then false. Actors that
-// receive records addressed straight to them call this before anything else.
-func (n *Node) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
+// accept: see Records.Accept.
+func (n *Node) accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
 	from = NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	to := NodeID{RID: env.ToRid, Generation: env.ToGeneration}
 	if n.stopping.Load() {
@@ -133,9 +130,8 @@ func (n *Node) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok b
 	return from, rec, true
 }
 
-// DropStale counts and logs a valid record that a receiver found stale (a fence that
-// is no longer current).
-func (n *Node) DropStale(from NodeID, detail string) {
+// dropStale: see Records.DropStale.
+func (n *Node) dropStale(from NodeID, detail string) {
 	n.drop(DropStaleTarget, from, detail, nil)
 }
 
@@ -150,7 +146,7 @@ func (n *Node) onDeadLetter(evt any) {
 		msg = me.Message
 	}
 	if env, ok := msg.(*meshpb.Envelope); ok {
-		if !n.Arrived(env) {
+		if !n.arrived(env) {
 			return
 		}
 		if fn := n.undeliverable.Load(); fn != nil && dl.PID != nil && (*fn)(env, dl.PID.Id) {
@@ -160,15 +156,13 @@ func (n *Node) onDeadLetter(evt any) {
 	}
 }
 
-// OnUndeliverable installs fn to see envelopes addressed to a local actor that does
-// not exist (by name); fn reports whether it took care of the envelope. Otherwise the
-// envelope is counted as a stale_target drop.
-func (n *Node) OnUndeliverable(fn func(env *meshpb.Envelope, actorName string) bool) {
+// onUndeliverable: see Records.OnUndeliverable.
+func (n *Node) onUndeliverable(fn func(env *meshpb.Envelope, actorName string) bool) {
 	n.undeliverable.Store(&fn)
 }
 
-// Handle registers the handler of one command. A later call replaces it.
-func (n *Node) Handle(cmd wire.Command, h RecordHandler) {
+// handle: see Records.Handle.
+func (n *Node) handle(cmd wire.Command, h RecordHandler) {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
 	next := make(map[wire.Command]RecordHandler, len(*n.handlers.Load())+1)
@@ -181,41 +175,18 @@ func (n *Node) Handle(cmd wire.Command, h RecordHandler) {
 
 func (n *Node) handler(cmd wire.Command) RecordHandler { return (*n.handlers.Load())[cmd] }
 
-// Send sends a record to the node lifecycle to, for the handler of its command. It
-// fails with fault.Unavailable, without sending, when to is not a live member. While the
-// peer's window is full (see flow.go) it waits for room until ctx ends (DefaultSendWait
-// when ctx has no deadline), then fails with ErrBackpressure. Delivery is otherwise at
-// most once (remote sends are one-way; the spec's replies are records too).
-func (n *Node) Send(ctx context.Context, to NodeID, rec *wire.Record) error {
+// send: see Records.Send.
+func (n *Node) send(ctx context.Context, to NodeID, rec *wire.Record) error {
 	return n.sendTo(ctx, to, nil, rec, true)
 }
 
-// TrySend is Send for callers that must never wait, such as the node's record receiver
-// serving every session: a full window fails at once with ErrBackpressure, and the
-// record is counted as dropped with reason backpressure.
-func (n *Node) TrySend(to NodeID, rec *wire.Record) error {
+// trySend: see Records.TrySend.
+func (n *Node) trySend(to NodeID, rec *wire.Record) error {
 	err := n.sendTo(context.Background(), to, nil, rec, false)
 	if errors.Is(err, ErrBackpressure) {
 		n.metrics.dropped(DropBackpressure)
 	}
 	return err
-}
-
-// SendToPID is Send addressed straight to an actor on the node (see ActorPID): the
-// record skips the node's record receiver (one mailbox hop less), and the receiving
-// actor validates it with Accept. The caller caches pid: resolving a fresh PID per
-// record costs allocations on the hot path.
-func (n *Node) SendToPID(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record) error {
-	return n.sendTo(ctx, to, pid, rec, true)
-}
-
-// ActorPID returns the PID of the actor named actorName on the live member to.
-func (n *Node) ActorPID(to NodeID, actorName string) (*actor.PID, error) {
-	mem, ok := n.members.live(to)
-	if !ok {
-		return nil, fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
-	}
-	return actor.NewPID(mem.RemoteAddr, actorName), nil
 }
 
 func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, wait bool) error {
@@ -256,17 +227,6 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	return nil
 }
 
-// SendEnvelope sends a hand-built envelope as is, with no membership check: for tests
-// that play a misbehaving or stale peer.
-func (n *Node) SendEnvelope(remoteAddr string, env *meshpb.Envelope) {
-	n.system.Root.Send(n.recordsPID(remoteAddr), env)
-}
-
-// SendEnvelopeTo is SendEnvelope to the actor named actorName.
-func (n *Node) SendEnvelopeTo(remoteAddr, actorName string, env *meshpb.Envelope) {
-	n.system.Root.Send(actor.NewPID(remoteAddr, actorName), env)
-}
-
 func (n *Node) recordsPID(addr string) *actor.PID {
 	if v, ok := n.pids.Load(addr); ok {
 		return v.(*actor.PID)
@@ -275,8 +235,8 @@ func (n *Node) recordsPID(addr string) *actor.PID {
 	return v.(*actor.PID)
 }
 
-// SetTap installs fn to see every record crossing this node's boundary (nil removes).
-func (n *Node) SetTap(fn func(TapRecord)) {
+// setTap: see Records.SetTap.
+func (n *Node) setTap(fn func(TapRecord)) {
 	if fn == nil {
 		n.tapFn.Store(nil)
 		return

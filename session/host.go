@@ -28,8 +28,6 @@ type HostOptions struct {
 	// MaxQueuedApplicationJobs is the host-wide permit count (digest §9.2). 0 means the
 	// Balanced profile: 128 per effective processor.
 	MaxQueuedApplicationJobs int
-	// ActorSystem runs the session-owner actors. nil: the host makes and owns one.
-	ActorSystem *actor.ActorSystem
 	// Codecs is the server root's codec registry. nil: codec.NewRegistry().
 	Codecs *codec.Registry
 	// MeterProvider receives the STREAM and job-queue instruments. nil: otel's global.
@@ -58,15 +56,15 @@ type HostOptions struct {
 // and the actor system the sessions run in. Register nodes with AddStreamNode, then
 // Start; Shutdown drains, Close does not.
 type Host struct {
-	opts     HostOptions
-	log      *slog.Logger
-	codecs   *codec.Registry
-	system   *actor.ActorSystem
-	ownSys   bool
-	permits  *permitPool
-	dispatch *workerDispatcher
-	metrics  *metrics
-	builders []*NodeBuilder
+	opts       HostOptions
+	log        *slog.Logger
+	codecs     *codec.Registry
+	system     *actor.ActorSystem // the session-owner actors'; the host's own
+	systemDown bool
+	permits    *permitPool
+	dispatch   *workerDispatcher
+	metrics    *metrics
+	builders   []*NodeBuilder
 
 	mu       sync.Mutex
 	started  bool
@@ -117,9 +115,6 @@ func (h *Host) AddStreamNode(name string) *NodeBuilder {
 
 // Codecs returns the server root's codec registry.
 func (h *Host) Codecs() *codec.Registry { return h.codecs }
-
-// ActorSystem returns the actor system the sessions run in (valid after Start).
-func (h *Host) ActorSystem() *actor.ActorSystem { return h.system }
 
 func effectiveProcessors() int {
 	n := runtime.GOMAXPROCS(0)
@@ -202,12 +197,7 @@ func (h *Host) Start(ctx context.Context) error {
 		h.maxConns = 0
 	}
 	h.dispatch = newWorkerDispatcher(300)
-	if h.opts.ActorSystem != nil {
-		h.system = h.opts.ActorSystem
-	} else {
-		h.system = actor.NewActorSystem(actor.WithLoggerFactory(quietActorLogger(h.log)))
-		h.ownSys = true
-	}
+	h.system = actor.NewActorSystem(actor.WithLoggerFactory(quietActorLogger(h.log)))
 	mp := h.opts.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -393,8 +383,8 @@ func (h *Host) finish() {
 	if h.dispatch != nil {
 		h.dispatch.stop()
 	}
-	if h.ownSys && h.system != nil {
+	if h.system != nil && !h.systemDown {
 		h.system.Shutdown()
-		h.ownSys = false
+		h.systemDown = true
 	}
 }

@@ -70,7 +70,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
 
-	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, ActorSystem: node.ActorSystem(), MaxConnections: cfg.maxConnections})
+	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, MaxConnections: cfg.maxConnections})
 	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).
 		Socket(session.SocketOptions{FrameTimeout: cfg.frameTimeout}).Session(sampleapp.Type(binder))
 	for _, s := range cfg.streams {
@@ -146,7 +146,7 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *mesh.Node
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		out := []memberJSON{}
-		for _, m := range node.Members(ctx) {
+		for _, m := range node.Membership().Members(ctx) {
 			out = append(out, memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State)})
 		}
 		writeJSON(w, out)

@@ -16,7 +16,10 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/nodert"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
 
@@ -122,7 +125,7 @@ func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
 		return err
 	}
 	if !c.opts.NoTap {
-		n.SetTap(c.tap.record)
+		n.Records().SetTap(c.tap.record)
 	}
 	var stop func()
 	if c.opts.OnStart != nil {
@@ -175,12 +178,12 @@ func (c *Cluster) WaitConverged(timeout time.Duration) error {
 		}
 		c.mu.Unlock()
 		for _, n := range nodes {
-			live := n.LiveMembers()
+			live := n.Membership().Live()
 			if len(live) != len(want) {
 				return false
 			}
 			for _, id := range want {
-				if !n.IsLive(id) {
+				if !n.Membership().IsLive(id) {
 					return false
 				}
 			}
@@ -215,7 +218,7 @@ func (c *Cluster) Stop(i int) {
 // Kill stops node i abruptly, without leaving: the others detect it as failed.
 func (c *Cluster) Kill(i int) {
 	if n := c.halt(i); n != nil {
-		n.Kill()
+		nodert.Kill(n)
 	}
 }
 
@@ -307,4 +310,20 @@ func portOf(addr string) int {
 	}
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// Kill stops node n abruptly, without leaving: its peers detect it as failed. For tests
+// of failure handling; a Cluster's nodes are killed with Cluster.Kill.
+func Kill(n *mesh.Node) { nodert.Kill(n) }
+
+// RecordsActor is the name of every node's record receiver, the default target of
+// SendEnvelope.
+const RecordsActor = "$records"
+
+// SendEnvelope sends a hand-built envelope from node n, as is, to the actor named
+// actorName (RecordsActor for the node's record receiver) on the node at remoteAddr:
+// no membership check, no flow control. For tests that play a misbehaving or stale
+// peer.
+func SendEnvelope(n *mesh.Node, remoteAddr, actorName string, env *meshpb.Envelope) {
+	nodert.SystemOf(n).Root.Send(actor.NewPID(remoteAddr, actorName), env)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -19,7 +20,7 @@ import (
 // the same two nodes, one caller.
 func BenchmarkRawRemoteRequest(b *testing.B) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
-	pid, err := f.Node(1).ActorSystem().Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+	pid, err := nodert.SystemOf(f.Node(1)).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
 			ctx.Respond(m)
 		}
@@ -28,7 +29,7 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 		b.Fatal(err)
 	}
 	target := proto.NewPID(f.Node(1).RemoteAddr(), pid.Id)
-	root := f.Node(0).ActorSystem().Root
+	root := nodert.SystemOf(f.Node(0)).Root
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
 	"github.com/meshnode/meshnode/actor"
@@ -53,7 +54,7 @@ func BenchmarkRawRemoteSendRecordSized(b *testing.B) {
 func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true})
 	cnt := &countTo{}
-	pid, err := c.Node(1).ActorSystem().Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+	pid, err := nodert.SystemOf(c.Node(1)).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
 			cnt.hit()
 		}
@@ -62,7 +63,7 @@ func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 		b.Fatal(err)
 	}
 	target := proto.NewPID(c.Node(1).RemoteAddr(), pid.Id)
-	root := c.Node(0).ActorSystem().Root
+	root := nodert.SystemOf(c.Node(0)).Root
 	cnt.arm(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -159,7 +160,7 @@ func failureDetection(b *testing.B, c *meshtest.Cluster) {
 	failed := make(chan time.Duration, 2)
 	start := time.Now()
 	for _, i := range []int{0, 1} {
-		unsub := c.Node(i).Subscribe(func(e mesh.MemberEvent) {
+		unsub := c.Node(i).Membership().Subscribe(func(e mesh.MemberEvent) {
 			if e.Type == mesh.EventFailed && e.Member.ID == victim {
 				failed <- time.Since(start)
 			}

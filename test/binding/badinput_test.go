@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/test/fleet"
 )
@@ -31,7 +32,7 @@ func TestBadInput_ForgedPushAndReplacementRejected(t *testing.T) {
 			t.Fatal(err)
 		}
 		from := actorNode.ID()
-		actorNode.SendEnvelope(f.Node(0).RemoteAddr(), &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation,
+		meshtest.SendEnvelope(actorNode, f.Node(0).RemoteAddr(), meshtest.RecordsActor, &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation,
 			ToRid: owner.RID, ToGeneration: owner.Generation, Frames: frames})
 	}
 	push := func(fence actor.RouteFence, gen uint64) *wire.Record {
@@ -105,13 +106,13 @@ func TestBadInput_ForgedRelayRejected(t *testing.T) {
 	env := &meshpb.Envelope{FromRid: forger.RID, FromGeneration: forger.Generation,
 		ToRid: target.RID, ToGeneration: target.Generation, Frames: frames}
 	// Addressed to the activation (as real relays are): judged against its binding.
-	f.Node(2).SendEnvelopeTo(f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), env)
+	meshtest.SendEnvelope(f.Node(2), f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), env)
 	eventually(t, "forged relay dropped by the Actor owner", func() bool {
 		_, r, _, _ := f.Binder(1).Drops()
 		return r == 1
 	})
 	// Addressed to the node's record receiver: dropped there too.
-	f.Node(2).SendEnvelope(f.Node(1).RemoteAddr(), env)
+	meshtest.SendEnvelope(f.Node(2), f.Node(1).RemoteAddr(), meshtest.RecordsActor, env)
 	var out echoReply
 	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
 		t.Fatal(err)

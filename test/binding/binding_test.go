@@ -13,6 +13,7 @@ import (
 	"github.com/meshnode/meshnode/session"
 
 	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/connector"
 	swire "github.com/meshnode/meshnode/session/wire"
@@ -458,7 +459,7 @@ func TestTombstone_LateNeverRemovesNewerBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	from, to := f.Node(0).ID(), f.Node(1).ID()
-	f.Node(0).SendEnvelopeTo(f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), &meshpb.Envelope{
+	meshtest.SendEnvelope(f.Node(0), f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), &meshpb.Envelope{
 		FromRid: from.RID, FromGeneration: from.Generation, ToRid: to.RID, ToGeneration: to.Generation, Frames: frames})
 	if err := f.Actors(0).Send(context.Background(), fence, actor.Message{Name: "marker"}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/test/fleet"
 )
@@ -177,7 +178,7 @@ func TestNodeFailure_FailsWaitingWorkAtOnce(t *testing.T) {
 	eventually(t, "bind pending", func() bool { return f.Binder(0).Stats().Pending == 1 })
 
 	start := time.Now()
-	f.Node(2).Kill() // abrupt: its Actors never answer
+	meshtest.Kill(f.Node(2)) // abrupt: its Actors never answer
 	for i := range n {
 		select {
 		case err := <-results:

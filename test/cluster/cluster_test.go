@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/test/proc"
 )
@@ -104,9 +105,9 @@ func TestThreeProcessesKillRestartStaleRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer peer.Kill()
+	defer meshtest.Kill(peer)
 	proc.Eventually(t, "peer sees node-2's new lifecycle", func() bool {
-		return peer.IsLive(mesh.NodeID{RID: "node-2", Generation: after.Generation})
+		return peer.Membership().IsLive(mesh.NodeID{RID: "node-2", Generation: after.Generation})
 	})
 	frames, err := wire.Encode(&wire.Record{Body: &wire.BoundSessionReplaced{
 		ActorAuthority: wire.ActorRouteFence{Actor: wire.ActorRef{ID: "a", Generation: 1}, TargetNodeRID: peer.ID().RID,
@@ -121,7 +122,7 @@ func TestThreeProcessesKillRestartStaleRecord(t *testing.T) {
 		t.Fatalf("stale drops before the record: %d", n)
 	}
 	id := peer.ID()
-	peer.SendEnvelope(procs[2].Remote, &meshpb.Envelope{FromRid: id.RID, FromGeneration: id.Generation,
+	meshtest.SendEnvelope(peer, procs[2].Remote, meshtest.RecordsActor, &meshpb.Envelope{FromRid: id.RID, FromGeneration: id.Generation,
 		ToRid: "node-2", ToGeneration: before.Generation, Frames: frames})
 	proc.Eventually(t, "node-2 counts the record to its old generation as stale", func() bool { return staleCount(procs[2]) == 1 })
 }

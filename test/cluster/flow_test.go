@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/test/proc"
 )
@@ -23,12 +24,12 @@ func TestPeerWindow_FullPeerFailsSendsWithErrBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Kill()
+	defer meshtest.Kill(n)
 	var to mesh.NodeID
 	proc.Eventually(t, "the probe node sees b", func() bool {
-		m, ok := n.Member("b")
+		m, ok := n.Membership().Member("b")
 		to = m.ID
-		return ok && n.IsLive(m.ID)
+		return ok && n.Membership().IsLive(m.ID)
 	})
 	rec := func(i int) *wire.Record {
 		return &wire.Record{Body: &wire.BoundSessionBind{
@@ -44,7 +45,7 @@ func TestPeerWindow_FullPeerFailsSendsWithErrBackpressure(t *testing.T) {
 	for i := 0; i < 10*window && failed == nil; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		start := time.Now()
-		failed = n.Send(ctx, to, rec(i))
+		failed = n.Records().Send(ctx, to, rec(i))
 		cancel()
 		if failed == nil {
 			sent++
@@ -58,15 +59,15 @@ func TestPeerWindow_FullPeerFailsSendsWithErrBackpressure(t *testing.T) {
 	if sent > window {
 		t.Errorf("%d records went to a peer that acknowledged nothing, window %d", sent, window)
 	}
-	if err := n.TrySend(to, rec(1000)); !errors.Is(err, mesh.ErrBackpressure) {
+	if err := n.Records().TrySend(to, rec(1000)); !errors.Is(err, mesh.ErrBackpressure) {
 		t.Errorf("TrySend to the full peer: %v, want mesh.ErrBackpressure at once", err)
 	}
-	if s := n.FlowStats(); s.FullPeers != 1 || s.Unacked > window {
+	if s := n.Records().FlowStats(); s.FullPeers != 1 || s.Unacked > window {
 		t.Errorf("flow stats while the peer is stopped: %+v", s)
 	}
 	b.Signal(syscall.SIGCONT)
-	proc.Eventually(t, "the peer acknowledged", func() bool { return n.FlowStats().Unacked == 0 })
-	if err := n.Send(context.Background(), to, rec(2000)); err != nil {
+	proc.Eventually(t, "the peer acknowledged", func() bool { return n.Records().FlowStats().Unacked == 0 })
+	if err := n.Records().Send(context.Background(), to, rec(2000)); err != nil {
 		t.Fatalf("send after the peer continued: %v", err)
 	}
 }

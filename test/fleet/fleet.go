@@ -206,7 +206,6 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		so := opts.Stream
-		so.ActorSystem = node.ActorSystem()
 		sh := session.NewHost(so)
 		st := sampleapp.Type(b)
 		if opts.Session != nil {

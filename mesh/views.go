@@ -1,0 +1,146 @@
+package mesh
+
+import (
+	"context"
+
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/nodert"
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// A Node's API is split by concern: Membership (who is in the mesh), Records (the record
+// transport, its flow control and tap). Test-only hooks (killing a node, sending
+// hand-built envelopes) live in meshtest.
+
+func init() {
+	nodert.SystemOf = func(node any) *actor.ActorSystem { return node.(*Node).system }
+	nodert.Kill = func(node any) { node.(*Node).kill() }
+}
+
+// Membership is a node's view of the mesh.
+type Membership struct{ n *Node }
+
+// Members returns every member this node knows, itself included, sorted by RID. Live
+// members are probed: one that does not answer is reported as suspect.
+func (m *Membership) Members(ctx context.Context) []Member {
+	return m.n.members.probe(ctx, m.n.members.members())
+}
+
+// Live returns the members whose current lifecycle has not departed, without probing,
+// this node included.
+func (m *Membership) Live() []Member {
+	all := m.n.members.members()
+	out := all[:0]
+	for _, mem := range all {
+		if mem.State == StateAlive || mem.State == StateSuspect {
+			out = append(out, mem)
+		}
+	}
+	return out
+}
+
+// Member returns the current lifecycle of rid.
+func (m *Membership) Member(rid string) (Member, bool) { return m.n.members.lookup(rid) }
+
+// IsLive reports whether id is a current, not departed, member lifecycle.
+func (m *Membership) IsLive(id NodeID) bool {
+	_, ok := m.n.members.live(id)
+	return ok
+}
+
+// Subscribe calls fn for every membership event, in order, on the membership's event
+// goroutine (fn must not block). The returned function unsubscribes.
+func (m *Membership) Subscribe(fn func(MemberEvent)) (unsubscribe func()) {
+	return m.n.members.subscribe(fn)
+}
+
+// Joined is closed once another member has joined this node's view.
+func (m *Membership) Joined() <-chan struct{} { return m.n.members.joined }
+
+// Records is a node's record transport: numbered service-wire records to and from the
+// other node lifecycles of the mesh, validated before dispatch, under flow control.
+type Records struct{ n *Node }
+
+// Handle registers the handler of one command. A later call replaces it.
+func (r *Records) Handle(cmd wire.Command, h RecordHandler) { r.n.handle(cmd, h) }
+
+// Send sends a record to the node lifecycle to, for the handler of its command. It
+// fails with fault.Unavailable, without sending, when to is not a live member. While
+// the peer's window is full (flow.go) it waits for room until ctx ends
+// (DefaultSendWait when ctx has no deadline), then fails with ErrBackpressure.
+// Delivery is otherwise at most once (remote sends are one-way).
+func (r *Records) Send(ctx context.Context, to NodeID, rec *wire.Record) error {
+	return r.n.send(ctx, to, rec)
+}
+
+// TrySend is Send for callers that must never wait, such as the node's record receiver
+// serving every session: a full window fails at once with ErrBackpressure, and the
+// record is counted as dropped with reason backpressure.
+func (r *Records) TrySend(to NodeID, rec *wire.Record) error { return r.n.trySend(to, rec) }
+
+// ActorAddr is the address of one actor on one node lifecycle (an Actor activation).
+// Resolve it once with Records.ActorAddr and reuse it: resolving per record costs
+// allocations on the hot path.
+type ActorAddr struct {
+	node NodeID
+	pid  *actor.PID
+}
+
+// Node returns the node lifecycle the actor lives on.
+func (a ActorAddr) Node() NodeID { return a.node }
+
+// ActorAddr returns the address of the actor named actorName on the live member to.
+func (r *Records) ActorAddr(to NodeID, actorName string) (ActorAddr, error) {
+	mem, ok := r.n.members.live(to)
+	if !ok {
+		return ActorAddr{}, fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
+	}
+	return ActorAddr{node: to, pid: actor.NewPID(mem.RemoteAddr, actorName)}, nil
+}
+
+// SendToActor is Send addressed straight to an actor on the node (an Actor
+// activation): the record skips the node's record receiver, and the receiving actor
+// validates it with Accept.
+func (r *Records) SendToActor(ctx context.Context, to ActorAddr, rec *wire.Record) error {
+	return r.n.sendTo(ctx, to.node, to.pid, rec, true)
+}
+
+// Accept validates an inbound envelope (addressed to this node lifecycle, from a
+// current member, a well-formed record), counts and taps it, and returns the record.
+// Invalid envelopes are counted as dropped and logged; ok is then false. Actors that
+// receive records addressed straight to them call this before anything else.
+func (r *Records) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
+	return r.n.accept(env)
+}
+
+// Arrived must be called for every envelope that reaches this node (once; a second call
+// is harmless), when it is put into the mailbox of the actor it is addressed to
+// (before it waits there): it feeds the flow control of the peer that sent it. The
+// node's record receiver does it for the envelopes addressed to it; the Actor host for
+// those addressed to activations. It reports whether the envelope carries a record
+// (false for an envelope that only acknowledges).
+func (r *Records) Arrived(env *meshpb.Envelope) bool { return r.n.arrived(env) }
+
+// DropStale counts and logs a valid record that a receiver found stale (a fence that
+// is no longer current).
+func (r *Records) DropStale(from NodeID, detail string) { r.n.dropStale(from, detail) }
+
+// OnUndeliverable installs fn to see envelopes addressed to a local actor that does
+// not exist (by name); fn reports whether it took care of the envelope. Otherwise the
+// envelope is counted as a stale_target drop.
+func (r *Records) OnUndeliverable(fn func(env *meshpb.Envelope, actorName string) bool) {
+	r.n.onUndeliverable(fn)
+}
+
+// PeerBlocked returns nil while the window toward the live member to has room, or a
+// channel that is closed when room may have come back. Sessions that relay to to stop
+// pulling packets until then.
+func (r *Records) PeerBlocked(to NodeID) <-chan struct{} { return r.n.peerBlocked(to) }
+
+// FlowStats returns the current flow-control figures (also exported as metrics).
+func (r *Records) FlowStats() FlowStats { return r.n.flowStats() }
+
+// SetTap installs fn to see every record crossing this node's boundary (nil removes).
+func (r *Records) SetTap(fn func(TapRecord)) { r.n.setTap(fn) }
