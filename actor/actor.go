@@ -35,14 +35,13 @@ func (f RouteFence) String() string {
 	return fmt.Sprintf("%s on %s (authority %d, lease %d)", f.Ref, f.Node, f.AuthorityOwnerGeneration, f.OwnerLeaseGeneration)
 }
 
-// Message is an application message between Actors: a name, a content type and the
-// encoded bytes, so that it can cross nodes unchanged.
+// Message is an Actor message in its wire form: a name, a content type and the encoded
+// bytes. A message whose name has no registered type (MessageOf) is delivered as a
+// *Message; one can also be sent as it is.
 type Message struct {
 	Name        string
 	ContentType string
 	Data        []byte
-	// From is the sending Actor, when an Actor sent it.
-	From *Ref
 }
 
 // Started is the first message of every activation.

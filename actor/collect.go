@@ -75,6 +75,8 @@ type Stats struct {
 	Active          int   // activations on this node
 	Collected       int64 // activations deactivated because they were idle
 	MailboxRejected int64 // messages refused because an Actor's mailbox was full
+	Panics          int64 // Actor turns that panicked
+	PanicStops      int64 // activations the panic policy stopped
 }
 
 // Stats returns the current figures.
@@ -82,7 +84,8 @@ func (h *Host) Stats() Stats {
 	h.mu.Lock()
 	n := len(h.acts)
 	h.mu.Unlock()
-	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load()}
+	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
+		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {
@@ -102,12 +105,24 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	panics, err := m.Int64ObservableCounter("meshnode.actor.panics", metric.WithUnit("{turn}"),
+		metric.WithDescription("Actor turns that panicked."))
+	if err != nil {
+		return err
+	}
+	panicStops, err := m.Int64ObservableCounter("meshnode.actor.panic_stops", metric.WithUnit("{actor}"),
+		metric.WithDescription("Activations stopped by the panic policy."))
+	if err != nil {
+		return err
+	}
 	h.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := h.Stats()
 		o.ObserveInt64(active, int64(s.Active))
 		o.ObserveInt64(collected, s.Collected)
 		o.ObserveInt64(rejected, s.MailboxRejected)
+		o.ObserveInt64(panics, s.Panics)
+		o.ObserveInt64(panicStops, s.PanicStops)
 		return nil
-	}, active, collected, rejected)
+	}, active, collected, rejected, panics, panicStops)
 	return err
 }

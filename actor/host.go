@@ -22,6 +22,7 @@ import (
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/session/codec"
 )
 
 // Errors of Actor hosting and lookup.
@@ -54,6 +55,18 @@ type HostOptions struct {
 	// no message for this long, through the normal stop path (default
 	// DefaultIdleTimeout; negative: never).
 	IdleTimeout time.Duration
+	// Messages are the message types Actors of this node send and receive (MessageOf).
+	// A type missing here cannot be sent; a name missing here arrives as a *Message.
+	Messages []MessageType
+	// Codecs encodes message types and relayed session payloads (default
+	// codec.NewRegistry(): raw, JSON, msgpack, protobuf).
+	Codecs *codec.Registry
+	// MaxPanics and PanicWindow are the panic policy: an activation whose turns panic
+	// MaxPanics times (default 3) within PanicWindow (default 1 minute) is stopped, and
+	// its bound session is told. Each panic is logged and counted, and the request it
+	// was handling (if any) gets an internal_failure error reply.
+	MaxPanics   int
+	PanicWindow time.Duration
 }
 
 // DefaultIdleTimeout is how long an unbound, silent activation lives.
@@ -74,6 +87,17 @@ type Host struct {
 	unsubscribe func()
 	dirPID      *proto.PID
 
+	codecs   *codec.Registry
+	messages messageTypes
+	routeMu  sync.Mutex
+	routes   map[Address]RouteFence // resolved Addresses; forgotten on failure and membership change
+	calls    pendingCalls
+
+	maxPanics   int
+	panicWindow time.Duration
+	panics      atomic.Int64
+	stoppedBad  atomic.Int64
+
 	addrMu sync.Mutex
 	addrs  map[addrKey]mesh.ActorAddr // remote activations' addresses, resolved once
 
@@ -81,6 +105,8 @@ type Host struct {
 	missing      func(from mesh.NodeID, rec *wire.Record)
 	onStop       func(t *Turn)
 	onRejected   func(from mesh.NodeID, rec *wire.Record)
+	otherReplies mesh.RecordHandler
+	bridge       SessionBridge
 
 	maxMailbox      int
 	maxMailboxBytes int64
@@ -134,6 +160,15 @@ type activation struct {
 	queuedBytes atomic.Int64
 	lastActive  atomic.Int64 // unix nanos of its last turn
 	keepActive  atomic.Bool  // a layer above holds it (a session binding): not collected
+
+	ctx    context.Context // the Actors' turn context: cancelled when the activation stops
+	cancel context.CancelFunc
+}
+
+// stop cancels the activation's context (a turn blocked on it returns) and stops it.
+func (h *Host) stop(a *activation) {
+	a.cancel()
+	h.system.Root.Stop(a.pid)
 }
 
 // ActiveActor describes one activation for operators (/v1/actors).
@@ -161,6 +196,21 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	if h.idleTimeout == 0 {
 		h.idleTimeout = DefaultIdleTimeout
 	}
+	h.codecs = opts.Codecs
+	if h.codecs == nil {
+		h.codecs = codec.NewRegistry()
+	}
+	if err := h.messages.register(h.codecs, opts.Messages); err != nil {
+		return nil, err
+	}
+	h.routes = map[Address]RouteFence{}
+	h.maxPanics, h.panicWindow = opts.MaxPanics, opts.PanicWindow
+	if h.maxPanics <= 0 {
+		h.maxPanics = DefaultMaxPanics
+	}
+	if h.panicWindow <= 0 {
+		h.panicWindow = DefaultPanicWindow
+	}
 	h.clock.Store(time.Now().UnixNano())
 	h.dir = opts.Directory
 	if h.dir == nil {
@@ -180,6 +230,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		return nil, fmt.Errorf("actor: metrics: %w", err)
 	}
 	node.Records().Handle(wire.CmdActorSend, h.receiveActorSend)
+	node.Records().Handle(wire.CmdReply, h.onReply)
 	node.Records().OnUndeliverable(h.undeliverable)
 	h.unsubscribe = node.Membership().Subscribe(h.onMembership)
 	if h.idleTimeout > 0 {
@@ -195,16 +246,27 @@ func (h *Host) Node() *mesh.Node { return h.node }
 // Register adds an Actor kind.
 func (h *Host) Register(k Kind) error {
 	if k.Name == "" || k.New == nil {
-		return fmt.Errorf("actor: kind needs a name and a factory")
+		return fault.Errorf(fault.InvalidOperation, "actor: kind %q needs a name and a factory (Kind.Name, Kind.New)", k.Name)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, dup := h.kinds[k.Name]; dup {
-		return fmt.Errorf("actor: kind %q registered twice", k.Name)
+		return fault.Errorf(fault.AlreadyExists, "actor: kind %q registered twice", k.Name)
 	}
 	h.kinds[k.Name] = k
 	return nil
 }
+
+// RegisterMessages adds message types (see HostOptions.Messages); on error none is
+// added. Register them before Actors exchange them.
+func (h *Host) RegisterMessages(types ...MessageType) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.messages.register(h.codecs, types)
+}
+
+// Codecs returns the codec registry of the host's messages.
+func (h *Host) Codecs() *codec.Registry { return h.codecs }
 
 // Lookup returns where the Actor id of kind lives, activating it where placement puts
 // it when it is not active.
@@ -249,6 +311,9 @@ func (h *Host) Close() {
 	}
 	h.unsubscribe()
 	for _, a := range acts {
+		a.cancel()
+	}
+	for _, a := range acts {
 		_ = h.system.Root.StopFuture(a.pid).Wait()
 	}
 	_ = h.system.Root.StopFuture(h.dirPID).Wait()
@@ -288,11 +353,13 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 		OwnerLeaseGeneration:     self.Generation,
 	}}
 	a.lastActive.Store(time.Now().UnixNano())
+	a.ctx, a.cancel = context.WithCancel(context.Background())
 	impl := k.New()
 	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} },
 		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }))
 	pid, err := h.system.Root.SpawnNamed(props, activationName(a.fence.Ref))
 	if err != nil {
+		a.cancel()
 		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
 	}
 	a.pid = pid
@@ -316,47 +383,8 @@ func (h *Host) Deactivate(id string) {
 	}
 	h.mu.Unlock()
 	if ok {
-		h.system.Root.Stop(a.pid)
+		h.stop(a)
 	}
-}
-
-// Send sends msg to the activation named by to. To an Actor on another node it is one
-// record 24; a fence whose node lifecycle is not a live member fails with
-// fault.Unavailable and is never re-sent elsewhere.
-func (h *Host) Send(ctx context.Context, to RouteFence, msg Message) error {
-	if to.Node == h.node.ID() {
-		a, ok := h.local(to.ID)
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrNotFound, to.Ref)
-		}
-		if !fenceMatches(a.fence, to) {
-			return fmt.Errorf("%w: %s, current %s", ErrStale, to, a.fence)
-		}
-		if !a.admits(h, int64(len(msg.Data))) {
-			h.mailboxRejected.Add(1)
-			return fmt.Errorf("%w: %s", ErrMailboxFull, to.Ref)
-		}
-		m := msg
-		h.system.Root.Send(a.pid, &m)
-		return nil
-	}
-	if !h.node.Membership().IsLive(to.Node) {
-		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", to.Node)
-	}
-	rec, release, err := actorSendRecord(to, msg)
-	if err != nil {
-		return err
-	}
-	// Addressed straight to the activation: no hop through the node's record receiver.
-	addr, err := h.remoteAddr(to)
-	if err == nil {
-		err = h.node.Records().SendToActor(ctx, addr, rec)
-	}
-	release()
-	if err != nil {
-		return fmt.Errorf("actor: send to %s: %w", to.Ref, err)
-	}
-	return nil
 }
 
 // ActivationName is the protoactor name of an activation on its node: senders on other
@@ -397,22 +425,41 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 		h.node.Records().DropStale(from, "bound-session relay not addressed to its activation")
 		return
 	}
-	to, msg, ok := decodeActorSend(rec)
+	in, ok := decodeActorSend(rec)
 	if !ok {
 		h.log.Warn("actor: record 24 without a usable body", "from", from.String())
 		return
 	}
-	a, found := h.local(to.ID)
-	if !found || !fenceMatches(a.fence, to) {
-		h.node.Records().DropStale(from, "record 24 for "+to.String()+": no such activation")
+	a, found := h.local(in.to.ID)
+	if !found || !fenceMatches(a.fence, in.to) {
+		h.node.Records().DropStale(from, "record 24 for "+in.to.String()+": no such activation")
+		if in.corr != 0 {
+			h.failRequest(from, in.corr, wire.ResultNotFound, wire.FailureActorRouteNotFound)
+		}
 		return
 	}
-	h.system.Root.Send(a.pid, msg)
+	h.system.Root.Send(a.pid, &remoteSend{from: from, in: in})
+}
+
+// remoteSend is an Actor message from another node that reached the node's record
+// receiver, handed to its activation.
+type remoteSend struct {
+	from mesh.NodeID
+	in   inboundSend
 }
 
 // onMembership gives up activations that placement now puts on another node, so a
 // lookup there does not leave two live activations of one ActorId.
 func (h *Host) onMembership(ev mesh.MemberEvent) {
+	// Placement may differ now: resolved Addresses are looked up again.
+	h.routeMu.Lock()
+	clear(h.routes)
+	h.routeMu.Unlock()
+	if ev.Type == mesh.EventFailed || ev.Type == mesh.EventLeft {
+		// Requests waiting on an Actor of that node get no answer now.
+		h.calls.failNode(ev.Member.ID, ev.Type.String())
+		return
+	}
 	if ev.Type != mesh.EventJoined {
 		return
 	}
@@ -444,22 +491,31 @@ type shell struct {
 	impl        Actor
 	ctx         Context // reused: turns of one activation never overlap
 	attachments map[any]any
+	pctx        proto.Context // of the current Receive
+	panics      []time.Time   // recent panics, for the panic policy
+	stopped     bool          // the panic policy stopped it
 }
 
 func (s *shell) Receive(pctx proto.Context) {
+	s.pctx = pctx
 	switch m := pctx.Message().(type) {
 	case *proto.Started:
-		s.deliver(Started{})
+		s.deliver(Started{}, nil, nil)
 	case *proto.Stopping:
-		s.deliver(Stopping{})
+		s.deliver(Stopping{}, nil, nil)
 		if fn := s.h.stopHook(); fn != nil {
 			t := &Turn{s: s}
 			s.guard(func() { fn(t) })
 		}
-	case *Message:
-		s.act.dequeued(int64(len(m.Data)))
+		s.act.cancel()
+	case *delivery:
+		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
-		s.deliver(m)
+		s.deliver(m.msg, m.from, localReply(m.request))
+	case *remoteSend:
+		s.act.dequeued(0)
+		s.act.lastActive.Store(s.h.clock.Load())
+		s.receiveSend(m.from, m.in)
 	case *meshpb.Envelope:
 		s.act.dequeued(envelopeBytes(m))
 		s.act.lastActive.Store(s.h.clock.Load())
@@ -470,8 +526,26 @@ func (s *shell) Receive(pctx proto.Context) {
 	case collectIfIdle:
 		if s.h.collectable(s.act, time.Now()) && s.h.retire(s.act) {
 			s.h.collected.Add(1)
+			s.act.cancel()
 			pctx.Stop(pctx.Self())
 		}
+	}
+}
+
+// localReply returns the reply function of a request from this node: it completes the
+// requester's call in-process.
+func localReply(req *requestInfo) func(v any, err error) error {
+	if req == nil {
+		return nil
+	}
+	return func(v any, err error) error {
+		if v != nil {
+			if _, raw := v.(*Message); !raw {
+				v = normalize(v)
+			}
+		}
+		req.local.complete(v, err)
+		return nil
 	}
 }
 
@@ -492,30 +566,62 @@ func (s *shell) receiveRecord(env *meshpb.Envelope) {
 		s.h.node.Records().DropStale(from, "record "+rec.Command().String()+" addressed to an Actor has no handler")
 		return
 	}
-	to, am, ok := decodeActorSend(rec)
+	in, ok := decodeActorSend(rec)
 	if !ok {
 		s.h.node.Records().DropStale(from, "record 24 without a payload")
 		return
 	}
-	if !fenceMatches(s.act.fence, to) {
-		s.h.node.Records().DropStale(from, "record 24 for "+to.String()+", current "+s.act.fence.String())
+	s.receiveSend(from, in)
+}
+
+// receiveSend delivers an Actor message from another node: its fence must be current,
+// its value is decoded with the registered type of its name, and a request gets a reply
+// function that answers with a record 20.
+func (s *shell) receiveSend(from mesh.NodeID, in inboundSend) {
+	h := s.h
+	if !fenceMatches(s.act.fence, in.to) {
+		h.node.Records().DropStale(from, "record 24 for "+in.to.String()+", current "+s.act.fence.String())
+		if in.corr != 0 {
+			h.failRequest(from, in.corr, wire.ResultNotFound, wire.FailureActorRouteNotFound)
+		}
 		return
 	}
-	s.deliver(am)
+	var reply func(v any, err error) error
+	if in.corr != 0 {
+		reply = func(v any, err error) error { return h.answerRequest(s.act.ctx, from, in.corr, v, err) }
+	}
+	v, err := h.decode(in.msg)
+	if err != nil {
+		h.node.Records().DropStale(from, err.Error())
+		if reply != nil {
+			_ = reply(nil, err)
+		}
+		return
+	}
+	s.deliver(v, in.from, reply)
 }
 
-// deliver runs the Actor's Receive with msg.
-func (s *shell) deliver(msg any) {
-	s.ctx = Context{Context: context.Background(), host: s.h, act: s.act, msg: msg, shell: s}
+// deliver runs the Actor's Receive with msg (from an Actor, or nil; reply answers it
+// when it is a request). A relayed session Request replies through its binding.
+func (s *shell) deliver(msg any, from *Ref, reply func(v any, err error) error) {
+	if p, ok := msg.(*SessionPacket); ok && p.Request && reply == nil {
+		reply = sessionReply(p)
+	}
+	s.ctx = Context{Context: s.act.ctx, host: s.h, act: s.act, msg: msg, from: from, shell: s, reply: reply}
 	ctx := &s.ctx
-	s.guard(func() { s.impl.Receive(ctx) })
+	defer func() {
+		if r := recover(); r != nil {
+			s.panicked(r, ctx)
+		}
+	}()
+	s.impl.Receive(ctx)
 }
 
-// guard runs fn; a panic is logged and goes no further.
+// guard runs a layer's hook in a turn; a panic is logged and goes no further.
 func (s *shell) guard(fn func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.h.log.Error("actor turn panicked", "actor", s.act.fence.Ref.String(), "kind", s.act.kind, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			s.h.log.Error("actor turn hook panicked", "actor", s.act.fence.Ref.String(), "kind", s.act.kind, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
 	fn()

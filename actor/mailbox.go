@@ -47,8 +47,8 @@ func (m activationMailbox) PostUserMessage(msg any) {
 			return
 		}
 		m.a.enqueued(size)
-	case *Message:
-		m.a.enqueued(int64(len(v.Data)))
+	case *delivery, *remoteSend:
+		m.a.enqueued(0)
 	}
 	m.Mailbox.PostUserMessage(msg)
 }
@@ -93,6 +93,10 @@ func (h *Host) rejected(a *activation, env *meshpb.Envelope) {
 		"actor", a.fence.Ref.String(), "kind", a.kind, "queued", a.queued.Load(), "queued_bytes", a.queuedBytes.Load())
 	from, rec, ok := h.node.Records().Accept(env)
 	if !ok {
+		return
+	}
+	if in, ok := decodeActorSend(rec); ok && in.corr != 0 {
+		h.failRequest(from, in.corr, wire.ResultBusy, wire.FailureWorkerQueueFull)
 		return
 	}
 	h.turnHandlers.mu.RLock()

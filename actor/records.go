@@ -40,9 +40,9 @@ type sendScratch struct {
 
 var sendScratchPool = sync.Pool{New: func() any { return new(sendScratch) }}
 
-// actorSendRecord builds the one-way record 24 of an Actor-to-Actor message (no
-// operation id, no bound-session tail) in pooled scratch; release returns it.
-func actorSendRecord(to RouteFence, msg Message) (rec *wire.Record, release func(), err error) {
+// actorSendRecord builds the record 24 of an Actor-to-Actor message (no bound-session
+// tail; an operation id when it is a request) in pooled scratch; release returns it.
+func actorSendRecord(to RouteFence, msg *Message, from *Ref, req *requestInfo) (rec *wire.Record, release func(), err error) {
 	if msg.Name == "" || len(msg.Name) > 255 {
 		return nil, nil, fmt.Errorf("actor: message name must be 1..255 bytes, got %d", len(msg.Name))
 	}
@@ -52,8 +52,11 @@ func actorSendRecord(to RouteFence, msg Message) (rec *wire.Record, release func
 	}
 	sc := sendScratchPool.Get().(*sendScratch)
 	sc.body = wire.ActorSend{TargetActor: FenceToWire(to)}
-	if msg.From != nil {
-		sc.body.SourceActor = wire.ActorRef{ID: msg.From.ID, Generation: msg.From.ObjectGeneration}
+	if from != nil {
+		sc.body.SourceActor = wire.ActorRef{ID: from.ID, Generation: from.ObjectGeneration}
+	}
+	if req != nil {
+		sc.body.Operation = wire.OperationID{High: requestOperation, Low: req.corr}
 	}
 	sc.payload = wire.Payload{PacketName: msg.Name, ContentType: ct, Data: msg.Data}
 	sc.rec = wire.Record{Body: &sc.body, Payload: &sc.payload}
@@ -63,15 +66,33 @@ func actorSendRecord(to RouteFence, msg Message) (rec *wire.Record, release func
 	}, nil
 }
 
-// decodeActorSend reads an inbound record 24 into the target fence and the message.
-func decodeActorSend(rec *wire.Record) (RouteFence, *Message, bool) {
+// requestOperation is the operation id's high word of an Actor request (its low word
+// is the requester's correlation); a one-way message has no operation id.
+const requestOperation = 1
+
+// inboundSend is an Actor message that arrived as record 24.
+type inboundSend struct {
+	to   RouteFence
+	msg  *Message
+	from *Ref
+	corr uint64 // the requester's correlation; 0 for a one-way message
+}
+
+// decodeActorSend reads an inbound record 24.
+func decodeActorSend(rec *wire.Record) (inboundSend, bool) {
 	body, ok := rec.Body.(*wire.ActorSend)
 	if !ok || rec.Payload == nil {
-		return RouteFence{}, nil, false
+		return inboundSend{}, false
 	}
-	msg := &Message{Name: rec.Payload.PacketName, ContentType: rec.Payload.ContentType, Data: rec.Payload.Data}
+	in := inboundSend{
+		to:  FenceFromWire(body.TargetActor),
+		msg: &Message{Name: rec.Payload.PacketName, ContentType: rec.Payload.ContentType, Data: rec.Payload.Data},
+	}
 	if body.SourceActor.ID != "" {
-		msg.From = &Ref{ID: body.SourceActor.ID, ObjectGeneration: body.SourceActor.Generation}
+		in.from = &Ref{ID: body.SourceActor.ID, ObjectGeneration: body.SourceActor.Generation}
 	}
-	return FenceFromWire(body.TargetActor), msg, true
+	if body.Operation.High == requestOperation {
+		in.corr = body.Operation.Low
+	}
+	return in, true
 }

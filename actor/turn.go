@@ -19,11 +19,15 @@ type Turn struct {
 	s *shell
 }
 
+// Context returns the activation's context: cancelled when it stops.
+func (t *Turn) Context() context.Context { return t.s.act.ctx }
+
 // Fence returns the activation's route fence.
 func (t *Turn) Fence() RouteFence { return t.s.act.fence }
 
-// Deliver runs the Actor's Receive with msg now, within this turn.
-func (t *Turn) Deliver(msg any) { t.s.deliver(msg) }
+// Deliver runs the Actor's Receive with msg now, within this turn. A *SessionPacket
+// Request is answered through its own reply function.
+func (t *Turn) Deliver(msg any) { t.s.deliver(msg, nil, nil) }
 
 // After runs fn in a turn of this activation, d from now (a message the activation
 // posts to itself, behind what its mailbox already holds). If the activation stopped
@@ -134,15 +138,22 @@ func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
 		h.system.Root.Send(a.pid, env)
 		return true
 	}
+	from, rec, ok := h.node.Records().Accept(env)
+	if !ok {
+		return true
+	}
+	if in, isSend := decodeActorSend(rec); isSend && in.corr != 0 {
+		// An Actor request to an activation that is gone: answered, not left to time out.
+		h.failRequest(from, in.corr, wire.ResultNotFound, wire.FailureActorRouteNotFound)
+		return true
+	}
 	h.turnHandlers.mu.RLock()
 	fn := h.missing
 	h.turnHandlers.mu.RUnlock()
-	if fn == nil {
-		return false
-	}
-	from, rec, ok := h.node.Records().Accept(env)
-	if ok {
+	if fn != nil {
 		fn(from, rec)
+	} else {
+		h.node.Records().DropStale(from, "record "+rec.Command().String()+" for an Actor that is not active")
 	}
 	return true
 }

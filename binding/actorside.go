@@ -10,37 +10,6 @@ import (
 	swire "github.com/meshnode/meshnode/session/wire"
 )
 
-// Messages an Actor receives from the binding protocol.
-
-// Bound is delivered to an Actor right after a session bound it (its join callback).
-// The bind terminal is already on its way, so a push from here reaches the session.
-type Bound struct {
-	SessionRID        string
-	BindingGeneration uint64
-}
-
-// Ended is delivered when a binding ends: the session unbound, notified a logical
-// disconnect, or disconnected. It runs at most once per binding, and never for a
-// binding that another session has since replaced.
-type Ended struct {
-	SessionRID        string
-	BindingGeneration uint64
-}
-
-// Relayed is a STREAM packet the bound session relayed to the Actor (record 24). A
-// Request is answered with Reply or ReplyError, exactly once.
-type Relayed struct {
-	Name              string
-	Codec             swire.Codec
-	Payload           []byte
-	Request           bool
-	SessionRID        string
-	BindingGeneration uint64
-	Sequence          uint64 // session sequence: ingress order within the session
-	owner             mesh.NodeID
-	replied           bool
-}
-
 // actorBinding is the Actor owner's current binding of one activation.
 type actorBinding struct {
 	owner      mesh.NodeID // session owner node lifecycle
@@ -104,7 +73,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		if cur != nil && cur.owner == from && cur.sessionRid == body.SessionRID && cur.gen == body.Binding.Generation {
 			// The notice runs while the binding is still current, so it may push a last
 			// word to a session that stays connected (NotifyDisconnected); then it ends.
-			t.Deliver(&Ended{SessionRID: cur.sessionRid, BindingGeneration: cur.gen})
+			t.Deliver(actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
 			if st.current == cur {
 				st.current = nil
 				t.KeepActive(false)
@@ -128,7 +97,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	t.KeepActive(true)
 	reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
 		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
-	t.Deliver(&Bound{SessionRID: next.sessionRid, BindingGeneration: next.gen})
+	t.Deliver(actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
 	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
 		b.notifyReplaced(self, prev)
 	}
@@ -167,85 +136,76 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	}
 	kind, _ := rec.Metadata.Get(kindKey)
 	b.consumed(t, cur, tail.SourceSessionSequence)
-	t.Deliver(&Relayed{
-		Name:              rec.Payload.PacketName,
-		Codec:             codecOf(b.opts.Codecs, rec.Payload.ContentType),
-		Payload:           rec.Payload.Data,
-		Request:           kind == "request",
-		SessionRID:        tail.SourceSessionRID,
-		BindingGeneration: tail.SourceBindingGeneration,
-		Sequence:          tail.SourceSessionSequence,
-		owner:             from,
-	})
+	request := kind == "request"
+	seq := tail.SourceSessionSequence
+	var replyFn func(k swire.Kind, c swire.Codec, payload []byte) error
+	if request {
+		replyFn = func(k swire.Kind, c swire.Codec, payload []byte) error {
+			return b.replyRelayed(t, cur, seq, k, c, payload)
+		}
+	}
+	t.Deliver(actor.NewSessionPacket(rec.Payload.PacketName, codecOf(b.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data,
+		request, actor.SessionID{RID: tail.SourceSessionRID, BindingGeneration: tail.SourceBindingGeneration}, seq,
+		b.opts.Codecs, replyFn))
 }
 
-// The Actor-facing surface: call these from an Actor's turn.
+// The Actor-facing surface: the binding layer is the Actor host's session bridge
+// (actor.SessionBridge), so Actors push, close and answer through their Context.
 
-func (b *Binder) currentOf(ctx *actor.Context) *actorBinding {
-	if st, ok := ctx.Attachment(stateKey{}).(*actorState); ok {
+// bridge adapts the Binder to actor.SessionBridge.
+type bridge struct{ b *Binder }
+
+func currentOf(t *actor.Turn) *actorBinding {
+	if st, ok := t.Attachment(stateKey{}).(*actorState); ok {
 		return st.current
 	}
 	return nil
 }
 
 // IsBound reports whether the Actor has a current session binding.
-func (b *Binder) IsBound(ctx *actor.Context) bool { return b.currentOf(ctx) != nil }
+func (br bridge) IsBound(t *actor.Turn) bool { return currentOf(t) != nil }
 
 // Push sends a Send frame named name to the Actor's bound session (record 36).
 // Without a binding it fails with ErrNotBound.
-func (b *Binder) Push(ctx *actor.Context, name string, c swire.Codec, payload []byte) error {
+func (br bridge) Push(t *actor.Turn, name string, c swire.Codec, payload []byte) error {
 	if swire.IsReservedName(name) {
 		return fault.Errorf(fault.InvalidOperation, "binding: push name %q is reserved", name)
 	}
-	cur := b.currentOf(ctx)
+	cur := currentOf(t)
 	if cur == nil {
 		return ErrNotBound
 	}
-	return b.send36(ctx, cur, cur.gen, name, contentType(b.opts.Codecs, c), payload)
+	return br.b.send36(t, cur, cur.gen, name, contentType(br.b.opts.Codecs, c), payload)
 }
 
-// Close asks the bound session's owner to close the session with reason.
-func (b *Binder) Close(ctx *actor.Context, reason swire.CloseReason, diagnostic string) error {
-	cur := b.currentOf(ctx)
+// CloseSession asks the bound session's owner to close the session with reason.
+func (br bridge) CloseSession(t *actor.Turn, reason swire.CloseReason, diagnostic string) error {
+	cur := currentOf(t)
 	if cur == nil {
 		return ErrNotBound
 	}
-	return b.send36(ctx, cur, cur.gen, closePacketName, codec.ContentTypeRaw, encodeClose(reason, diagnostic))
+	return br.b.send36(t, cur, cur.gen, closePacketName, codec.ContentTypeRaw, encodeClose(reason, diagnostic))
 }
 
-// Reply answers a relayed Request: its Response goes back (record 36) to the binding
-// that relayed it, which completes the client's STREAM request exactly once. If that
-// binding was replaced meanwhile, the reply is dropped there, never delivered to the
-// new session.
-func (b *Binder) Reply(ctx *actor.Context, r *Relayed, c swire.Codec, payload []byte) error {
-	return b.replyTo(ctx, r, swire.KindResponse, contentType(b.opts.Codecs, c), payload)
-}
-
-// ReplyError answers a relayed Request with an Error {"code","message"}.
-func (b *Binder) ReplyError(ctx *actor.Context, r *Relayed, code, message string) error {
-	return b.replyTo(ctx, r, swire.KindError, codec.ContentTypeJSON, codec.EncodeErrorPayload(code, message))
-}
-
-func (b *Binder) replyTo(ctx *actor.Context, r *Relayed, kind swire.Kind, ct string, payload []byte) error {
-	if !r.Request || r.replied {
-		return fault.Errorf(fault.InvalidOperation, "binding: %s is not a Request waiting for its reply", r.Name)
-	}
-	r.replied = true
-	cur := b.currentOf(ctx)
-	if cur == nil || cur.owner != r.owner || cur.sessionRid != r.SessionRID || cur.gen != r.BindingGeneration {
+// replyRelayed answers a relayed Request: its Response or Error goes back (record 36)
+// to the binding that relayed it, which completes the client's STREAM request exactly
+// once. If that binding was replaced meanwhile, the reply is dropped there, never
+// delivered to the new session.
+func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64, kind swire.Kind, c swire.Codec, payload []byte) error {
+	if currentOf(t) != relayedOn {
 		// The relaying binding is gone: the reply has no session to reach.
 		return ErrNotBound
 	}
-	cur.repliedUpTo(r.Sequence)
-	return b.send36(ctx, cur, r.BindingGeneration, replyPacketName, ct, encodeReply(r.Sequence, kind, payload))
+	relayedOn.repliedUpTo(seq)
+	return b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), encodeReply(seq, kind, payload))
 }
 
-func (b *Binder) send36(ctx *actor.Context, cur *actorBinding, gen uint64, name, ct string, data []byte) error {
+func (b *Binder) send36(t *actor.Turn, cur *actorBinding, gen uint64, name, ct string, data []byte) error {
 	rec := &wire.Record{
-		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(ctx.Self()), ExpectedBindingGeneration: gen},
+		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: gen},
 		Payload: &wire.Payload{PacketName: name, ContentType: ct, Data: data},
 	}
-	return b.node.Records().Send(ctx, cur.owner, rec)
+	return b.node.Records().Send(t.Context(), cur.owner, rec)
 }
 
 // onMissingActor answers a 38 addressed to an activation that no longer exists and has

@@ -37,8 +37,8 @@ import (
 // cause wrapped.
 var (
 	// ErrNotBound: push, close or relay without a current binding (session-not-bound,
-	// kind InvalidOperation; retryable after a bind).
-	ErrNotBound = fault.New(fault.InvalidOperation, "binding: session not bound to the Actor")
+	// kind InvalidOperation; retryable after a bind). The same value as actor.ErrNotBound.
+	ErrNotBound = actor.ErrNotBound
 	// ErrSessionClosing: the session is closing (replaced or disconnected).
 	ErrSessionClosing = fault.New(fault.ShuttingDown, "binding: session closing")
 	// ErrTimeout: the bind terminal did not arrive before the deadline.
@@ -163,8 +163,9 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 		byGen:    map[uint64]*Session{},
 		pending:  map[uint64]*pendingOp{},
 	}
-	// Session-owner role: terminals, pushes and replacements arrive at the node.
-	node.Records().Handle(wire.CmdReply, b.onReply)
+	// Session-owner role: terminals, pushes and replacements arrive at the node (bind
+	// terminals through the Actor host, which owns record 20).
+	actors.HandleReplies(b.onReply)
 	node.Records().Handle(wire.CmdBoundSessionSend, b.onPush)
 	node.Records().Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
 	// Actor-owner role: binds and relays are addressed to the activation itself and
@@ -174,6 +175,7 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleMissingActor(b.onMissingActor)
 	actors.HandleRejected(b.onRejected)
 	actors.HandleStop(b.onActorStop)
+	actors.SetSessionBridge(bridge{b: b})
 	b.unsubscribe = node.Membership().Subscribe(b.onMembership)
 	mp := opts.MeterProvider
 	if mp == nil {

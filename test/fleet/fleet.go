@@ -111,19 +111,19 @@ func (e *Events) Count(id, ev string) int {
 	return n
 }
 
-// probe is a test Actor kind (registered as "probe"): it records binding events and answers like a room.
+// probe is a test Actor kind (registered as "probe"): it records binding events and
+// answers like a room.
 type probe struct {
-	b    *binding.Binder
 	ev   *Events
-	held []*binding.Relayed // room.hold requests, answered on a "release" message
+	held []*actor.Pending // room.hold requests, answered on a "release" message
 }
 
 func (p *probe) Receive(ctx *actor.Context) {
 	id := ctx.Self().ID
 	switch m := ctx.Message().(type) {
-	case *binding.Bound:
+	case actor.SessionBound:
 		p.ev.Add(id, "bound")
-	case *binding.Ended:
+	case actor.SessionEnded:
 		p.ev.Add(id, "ended")
 		if strings.HasPrefix(id, "panic-") {
 			panic("probe " + id + " fails its disconnect notice")
@@ -132,7 +132,7 @@ func (p *probe) Receive(ctx *actor.Context) {
 		if m.Name == "release" {
 			// Answer every held request, oldest first, with its index.
 			for k, r := range p.held {
-				if err := p.b.Reply(ctx, r, wire.CodecJSON, []byte(`{"k":`+strconv.Itoa(k)+`}`)); err != nil {
+				if err := r.Reply([]byte(`{"k":` + strconv.Itoa(k) + `}`)); err != nil {
 					p.ev.Add(id, "release-refused")
 				} else {
 					p.ev.Add(id, "released")
@@ -144,13 +144,13 @@ func (p *probe) Receive(ctx *actor.Context) {
 			p.ev.Add(id, "marker")
 		}
 		if m.Name == "try-push" {
-			if err := p.b.Push(ctx, "room.said", wire.CodecJSON, []byte(`{}`)); err != nil {
+			if err := ctx.Push("room.said", []byte(`{}`), actor.WithCodec(wire.CodecJSON)); err != nil {
 				p.ev.Add(id, "push-error")
 			} else {
 				p.ev.Add(id, "pushed")
 			}
 		}
-	case *binding.Relayed:
+	case *actor.SessionPacket:
 		if m.Name == "room.tick" {
 			p.ev.ticks.Add(1)
 			return
@@ -158,19 +158,21 @@ func (p *probe) Receive(ctx *actor.Context) {
 		p.ev.Add(id, "relayed:"+m.Name)
 		switch {
 		case m.Name == "room.echo" && m.Request:
-			_ = p.b.Reply(ctx, m, wire.CodecJSON, []byte(`{"actor":"`+id+`","node":"`+ctx.Self().Node.RID+`"}`))
+			_ = ctx.Reply([]byte(`{"actor":"` + id + `","node":"` + ctx.Self().Node.RID + `"}`))
 		case m.Name == "room.say":
-			_ = p.b.Push(ctx, "room.said", m.Codec, m.Payload)
+			_ = ctx.Push("room.said", m.Payload, actor.WithCodec(m.Codec))
 		case m.Name == "room.sleep":
 			// Blocks this Actor's turn until Events.Wake.
 			<-p.ev.sleepGate()
 			p.ev.Add(id, "woke")
 			if m.Request {
-				_ = p.b.Reply(ctx, m, wire.CodecJSON, []byte(`{}`))
+				_ = ctx.Reply([]byte(`{}`))
 			}
 		case m.Name == "room.hold" && m.Request:
 			// Answered only on a "release" message.
-			p.held = append(p.held, m)
+			if r, err := ctx.Later(); err == nil {
+				p.held = append(p.held, r)
+			}
 		}
 	}
 }
@@ -202,7 +204,7 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 		if err := sampleapp.Register(ah, b); err != nil {
 			t.Fatal(err)
 		}
-		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{b: b, ev: f.Ev} }}); err != nil {
+		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{ev: f.Ev} }}); err != nil {
 			t.Fatal(err)
 		}
 		so := opts.Stream

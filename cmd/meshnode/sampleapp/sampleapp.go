@@ -42,7 +42,7 @@ func Type(b *binding.Binder) session.SessionType {
 
 // Register adds the room kind to actors.
 func Register(actors *actor.Host, b *binding.Binder) error {
-	return actors.Register(actor.Kind{Name: RoomKind, New: func() actor.Actor { return &Room{b: b} }})
+	return actors.Register(actor.Kind{Name: RoomKind, New: func() actor.Actor { return &Room{} }})
 }
 
 type actorArg struct {
@@ -132,29 +132,28 @@ func (e *Echo) relay(ctx context.Context, pkt *session.Packet) error {
 // errorCode is the Error reply code of err: the wire code of its fault kind.
 func errorCode(err error) string { return fault.Code(err) }
 
-// Room is the sample Actor: it answers room.echo and broadcasts room.say to its bound
-// session.
-type Room struct{ b *binding.Binder }
+// Room is the sample Actor: it answers room.echo and pushes room.say back to its
+// bound session.
+type Room struct{}
 
 // Receive implements actor.Actor.
 func (r *Room) Receive(ctx *actor.Context) {
-	m, ok := ctx.Message().(*binding.Relayed)
+	p, ok := ctx.Message().(*actor.SessionPacket)
 	if !ok {
 		return
 	}
 	self := ctx.Self()
 	switch {
-	case m.Name == "room.echo" && m.Request:
-		payload := json.RawMessage(m.Payload)
+	case p.Name == "room.echo" && p.Request:
+		payload := json.RawMessage(p.Payload)
 		if !json.Valid(payload) {
-			_ = r.b.ReplyError(ctx, m, fault.InvalidOperation.Code(), "room.echo needs a JSON payload")
+			_ = ctx.ReplyError(fault.Errorf(fault.InvalidOperation, "room.echo needs a JSON payload"))
 			return
 		}
-		out, _ := json.Marshal(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
-		_ = r.b.Reply(ctx, m, wire.CodecJSON, out)
-	case m.Name == "room.say":
-		_ = r.b.Push(ctx, "room.said", m.Codec, m.Payload)
-	case m.Request:
-		_ = r.b.ReplyError(ctx, m, fault.NotFound.Code(), "room has no handler for "+m.Name)
+		_ = ctx.Reply(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
+	case p.Name == "room.say":
+		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
+	case p.Request:
+		_ = ctx.ReplyError(fault.Errorf(fault.NotFound, "room has no handler for %s", p.Name))
 	}
 }
