@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -402,4 +403,41 @@ func (s *Session) current(gen uint64) (string, *bound) {
 		return bd.actorID, bd
 	}
 	return "", nil
+}
+
+// Bind binds the session of peer to the Actor to, wherever it lives: the directory
+// finds (or activates) it, then Session.Bind binds that activation. An idle Actor can
+// be collected between the lookup and the bind; the bind then finds no activation, and
+// one more lookup activates it anew.
+func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address) (Binding, error) {
+	s := b.Session(peer)
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var f actor.RouteFence
+		if f, err = b.actors.Lookup(ctx, to.Kind, to.ID); err != nil {
+			return Binding{}, err
+		}
+		var bd Binding
+		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) {
+			return bd, err
+		}
+	}
+	return Binding{}, err
+}
+
+// Unbind removes the session's binding of actorID (Session.Unbind).
+func (b *Binder) Unbind(ctx context.Context, peer *session.Peer, actorID string) error {
+	return b.Session(peer).Unbind(ctx, actorID)
+}
+
+// Relay relays the packet to the bound Actor actorID; with actorID empty, to the
+// session's only binding (Session.Relay).
+func (b *Binder) Relay(ctx context.Context, p *session.Packet, actorID string) error {
+	s := b.Session(p.Peer)
+	if actorID == "" {
+		if bs := s.Bindings(); len(bs) == 1 {
+			actorID = bs[0].Actor.ID
+		}
+	}
+	return s.Relay(ctx, actorID, p)
 }

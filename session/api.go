@@ -48,6 +48,7 @@ type TransportErrorHandler interface {
 type SessionType struct {
 	name       string
 	newSession func() Session
+	check      func() error // registration errors of the type (a Mux's duplicate routes)
 }
 
 // NewSessionType returns the session type of T, made by newSession.

@@ -218,6 +218,11 @@ func (b *NodeBuilder) validate() ([]endpoint, error) {
 	if len(b.sessions) == 0 {
 		return nil, ErrNoSessionType
 	}
+	if check := b.sessions[0].check; check != nil {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
 	if b.tlsEnabled && b.certPath == "" {
 		return nil, ErrTLSCertPathEmpty
 	}

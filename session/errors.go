@@ -29,6 +29,7 @@ var (
 	ErrTLSConfig              = errors.New("TLS server configuration unusable")
 	ErrJobQueueLimit          = errors.New("application job queue limit out of range")
 	ErrHostStarted            = errors.New("host already started")
+	ErrDuplicateRoute         = errors.New("packet route registered twice or incomplete")
 )
 
 // ConfigError is a start-up configuration error of one stream node (or of the host when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 
 	"github.com/meshnode/meshnode/fault"
@@ -101,8 +102,14 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 			a.c.host.metrics.dropped(a.c.transport, "session_closed")
 			return
 		}
-		a.c.host.log.Warn("stream session packet callback failed",
-			"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "kind", pkt.Kind, "err", err)
+		if k, ok := fault.Of(err); ok && k != fault.InternalFailure {
+			// A classified failure is an answer (not_found, capacity_exceeded, ...), not
+			// a fault of the server: the client gets it, the log only at debug level.
+			a.c.host.log.Debug("stream session packet failed", "node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "name", pkt.Name, "err", err)
+		} else {
+			a.c.host.ratelog.Log(a.c.host.log, slog.LevelWarn, "callback_failed", "stream session packet callback failed",
+				"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "name", pkt.Name, "kind", pkt.Kind, "err", err)
+		}
 		a.failRequest(pkt, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
 )

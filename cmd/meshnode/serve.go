@@ -20,7 +20,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
@@ -65,8 +65,10 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	binder := binding.New(node, actors, binding.Options{Logger: log, MeterProvider: meters, RelayTimeout: cfg.relayTimeout,
 		MaxBindingsPerSession: cfg.maxBindingsPerSession, MaxRelayedRequests: cfg.maxRelayedRequests})
 	defer binder.Stop()
-	if err := sampleapp.Register(actors, binder); err != nil {
-		return err
+	for _, k := range sampleapp.Kinds() {
+		if err := actors.Register(k); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
 

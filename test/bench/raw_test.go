@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
 )

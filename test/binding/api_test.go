@@ -8,7 +8,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
@@ -18,8 +18,8 @@ import (
 // apiSession is the sample session plus test packets that drive the binding API
 // directly.
 type apiSession struct {
-	*sampleapp.Echo
-	b *binding.Binder
+	sample *session.Mux
+	b      *binding.Binder
 }
 
 func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
@@ -33,7 +33,7 @@ func (s *apiSession) OnPacket(ctx context.Context, pkt *session.Packet) error {
 			return pkt.ReplyError(fault.InvalidOperation.Code(), err.Error())
 		}
 	default:
-		return s.Echo.OnPacket(ctx, pkt)
+		return s.sample.ServePacket(ctx, pkt)
 	}
 	bs := s.b.Session(pkt.Peer)
 	switch pkt.Name {
@@ -81,7 +81,8 @@ func errString(err error) string {
 
 func startAPI(t *testing.T, n int) *fleet.Fleet {
 	return fleet.Start(t, n, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		return session.NewSessionType(func() *apiSession { return &apiSession{Echo: sampleapp.New(b), b: b} })
+		sample := sampleapp.Mux(b)
+		return session.NewSessionType(func() *apiSession { return &apiSession{sample: sample, b: b} })
 	}})
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/session"
 
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -384,7 +384,8 @@ func TestRebind_ReplacedSessionCloseCleansOnlyItsOtherBindings(t *testing.T) {
 func TestRebind_NewBindDoesNotWaitForOldSession(t *testing.T) {
 	release := make(chan struct{})
 	f := fleet.Start(t, 2, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		return session.NewSessionType(func() *slowReplaced { return &slowReplaced{Echo: sampleapp.New(b), b: b, release: release} })
+		sample := sampleapp.Mux(b)
+		return session.NewSessionType(func() *slowReplaced { return &slowReplaced{sample: sample, b: b, release: release} })
 	}})
 	defer close(release)
 	id := f.IDOn(t, "probe", 1, "sl-")
@@ -404,7 +405,7 @@ func TestRebind_NewBindDoesNotWaitForOldSession(t *testing.T) {
 // slowReplaced binds like the sample app but its replaced callback blocks until
 // release closes.
 type slowReplaced struct {
-	*sampleapp.Echo
+	sample  *session.Mux
 	b       *binding.Binder
 	release chan struct{}
 }
@@ -419,7 +420,7 @@ func (s *slowReplaced) OnPacket(ctx context.Context, pkt *session.Packet) error 
 			}
 		})
 	}
-	return s.Echo.OnPacket(ctx, pkt)
+	return s.sample.ServePacket(ctx, pkt)
 }
 
 // §7.12: one Actor's failing disconnect notice does not stop the others.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
-	"github.com/meshnode/meshnode/cmd/meshnode/sampleapp"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session"
@@ -201,8 +201,10 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		b := binding.New(node, ah, opts.Binding)
-		if err := sampleapp.Register(ah, b); err != nil {
-			t.Fatal(err)
+		for _, k := range sampleapp.Kinds() {
+			if err := ah.Register(k); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{ev: f.Ev} }}); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,129 @@
+// Package sampleapp is the application the meshnode binary serves by default, and a
+// small example of the application API: a session written as a packet router
+// (session.Mux) and a `room` Actor kind that sessions bind to, wherever in the mesh it
+// lives.
+//
+//	Request "echo"      -> Response with the same payload and codec
+//	Send "echo"         -> Send "echo" back with the same payload and codec
+//	Request "fail"      -> Error with code "rejected"
+//	Request "bind"      {"actor":ID} -> binds the session to room ID (placed by the
+//	                    directory); answers {"actor":ID,"node":RID,"bindingGeneration":G}
+//	Request "unbind"    {"actor":ID} -> unbinds; answers {}
+//	Request "room.echo" -> relayed; the room answers {"actor":ID,"node":RID,"payload":<request>}
+//	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload
+//	When another session binds the same room, this one gets Send "room.replaced"
+//	{"actor":ID} and is closed. With several rooms bound, metadata key "actor" picks one.
+//
+// Handlers return errors; the router answers a failed Request with the code of the
+// error's kind (package fault), so there is no mapping here.
+package sampleapp
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// RoomKind is the name of the sample Actor kind.
+const RoomKind = "room"
+
+// Kinds returns the sample Actor kinds.
+func Kinds() []actor.Kind {
+	return []actor.Kind{{Name: RoomKind, New: func() actor.Actor { return &Room{} }}}
+}
+
+// Mux returns the sample session. With a nil binder only echo and fail work.
+func Mux(b *binding.Binder) *session.Mux {
+	m := session.NewMux("sampleapp").
+		Request("echo", func(_ context.Context, p *session.Packet) error { return p.Reply(p.Codec, p.Payload) }).
+		Send("echo", func(ctx context.Context, p *session.Packet) error { return p.Peer.Send(ctx, "echo", p.Codec, p.Payload) }).
+		Request("fail", func(context.Context, *session.Packet) error {
+			return fault.Errorf(fault.Rejected, "the sample app rejects every fail request")
+		})
+	if b == nil {
+		return m
+	}
+	rooms := rooms{b: b}
+	return m.Request("bind", rooms.bind).
+		Request("unbind", rooms.unbind).
+		Prefix("room.", rooms.relay)
+}
+
+// Type is the sample session's type.
+func Type(b *binding.Binder) session.SessionType { return Mux(b).Type() }
+
+type rooms struct{ b *binding.Binder }
+
+type target struct {
+	Actor string `json:"actor"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+func (r rooms) bind(ctx context.Context, p *session.Packet) error {
+	var arg target
+	if err := p.Decode(&arg); err != nil || arg.Actor == "" {
+		return fault.Errorf(fault.InvalidOperation, `bind needs {"actor":ID}`)
+	}
+	if arg.Kind == "" {
+		arg.Kind = RoomKind
+	}
+	peer := p.Peer
+	r.b.Session(peer).OnReplaced(func(ctx context.Context, actorID string) {
+		_ = peer.SendValue(ctx, "room.replaced", wire.CodecJSON, target{Actor: actorID})
+	})
+	bd, err := r.b.Bind(ctx, peer, actor.Address{Kind: arg.Kind, ID: arg.Actor})
+	if err != nil {
+		return err
+	}
+	return p.ReplyValue(map[string]any{"actor": arg.Actor, "node": bd.Actor.Node.RID, "bindingGeneration": bd.BindingGeneration})
+}
+
+func (r rooms) unbind(ctx context.Context, p *session.Packet) error {
+	var arg target
+	if err := p.Decode(&arg); err != nil || arg.Actor == "" {
+		return fault.Errorf(fault.InvalidOperation, `unbind needs {"actor":ID}`)
+	}
+	if err := r.b.Unbind(ctx, p.Peer, arg.Actor); err != nil {
+		return err
+	}
+	return p.Reply(wire.CodecJSON, []byte(`{}`))
+}
+
+func (r rooms) relay(ctx context.Context, p *session.Packet) error {
+	id, _ := p.Metadata.Get("actor")
+	if err := r.b.Relay(ctx, p, id); err != nil && p.IsRequest() {
+		return err
+	}
+	return nil // a Send that cannot be relayed is dropped
+}
+
+// Room is the sample Actor: it answers room.echo and pushes room.say back to its
+// bound session.
+type Room struct{}
+
+// Receive implements actor.Actor.
+func (r *Room) Receive(ctx *actor.Context) {
+	p, ok := ctx.Message().(*actor.SessionPacket)
+	if !ok {
+		return
+	}
+	self := ctx.Self()
+	switch {
+	case p.Name == "room.echo" && p.Request:
+		payload := json.RawMessage(p.Payload)
+		if !json.Valid(payload) {
+			_ = ctx.ReplyError(fault.Errorf(fault.InvalidOperation, "room.echo needs a JSON payload"))
+			return
+		}
+		_ = ctx.Reply(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
+	case p.Name == "room.say":
+		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
+	case p.Request:
+		_ = ctx.ReplyError(fault.Errorf(fault.NotFound, "room has no handler for %s", p.Name))
+	}
+}
