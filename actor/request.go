@@ -218,13 +218,23 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 	// Addressed straight to the activation: no hop through the node's record receiver.
 	addr, err := h.remoteAddr(f)
 	if err == nil {
-		err = h.node.Records().SendToActor(ctx, addr, rec)
+		err = h.node.Records().SendToActor(ctx, addr, rec, sendWait(ctx))
 	}
 	release()
 	if err != nil {
 		return fmt.Errorf("actor: send to %s: %w", f.Ref, err)
 	}
 	return nil
+}
+
+// sendWait bounds how long an Actor message waits for room toward its node: as long as
+// ctx lasts when it has a deadline, mesh.DefaultSendWait otherwise (an Actor's
+// context lives as long as the Actor).
+func sendWait(ctx context.Context) time.Duration {
+	if _, ok := ctx.Deadline(); ok {
+		return 0
+	}
+	return mesh.DefaultSendWait
 }
 
 // Requests in flight from this node.

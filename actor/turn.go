@@ -83,7 +83,8 @@ func (h *Host) turnHandler(cmd wire.Command) TurnRecordHandler {
 // SendRecord sends rec to the activation named by to, wherever it lives: to a remote
 // one as a record addressed straight to it, to a local one in-process (same rules,
 // no network, no tap). A fence whose node lifecycle is not live fails with
-// fault.Unavailable.
+// fault.Unavailable. While the window toward the Actor's node is full it waits as long
+// as ctx lasts (give it a deadline, or a context that ends with the work it serves).
 func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) error {
 	self := h.node.ID()
 	if to.Node == self {
@@ -108,7 +109,7 @@ func (h *Host) SendRecord(ctx context.Context, to RouteFence, rec *wire.Record) 
 	}
 	addr, err := h.remoteAddr(to)
 	if err == nil {
-		err = h.node.Records().SendToActor(ctx, addr, rec)
+		err = h.node.Records().SendToActor(ctx, addr, rec, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("actor: send to %s: %w", to.Ref, err)

@@ -312,7 +312,9 @@ func failPackets(pkts []*session.Packet, code, why string) {
 
 // Relay sends the packet to the bound Actor actorID as record 24 with the
 // bound-session tail. A Request is answered when the Actor replies (its reply rides
-// 36 back); nothing is ever resent.
+// 36 back); nothing is ever resent. While the window toward the Actor's node is full
+// the relay waits for room as long as the session lives (its reader pulls nothing
+// meanwhile); ctx is the caller's and is not what bounds that wait.
 func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet) error {
 	s.mu.Lock()
 	if s.closing || s.closed {
@@ -333,7 +335,10 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	fence, gen := bd.fence, bd.gen
 	s.mu.Unlock()
 	rec := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
-	if err := s.b.actors.SendRecord(ctx, fence, rec); err != nil {
+	// A relay that finds the window toward the Actor's node full waits for room for as
+	// long as the session lives (the session stops pulling meanwhile; the Actor's node
+	// departing ends the wait): never dropped after an arbitrary delay.
+	if err := s.b.actors.SendRecord(s.peer.Context(), fence, rec); err != nil {
 		s.mu.Lock()
 		if _, ok := s.requests[seq]; ok {
 			s.removeRequest(seq)

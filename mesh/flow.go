@@ -172,13 +172,15 @@ func (f *flow) stop() {
 }
 
 // send numbers env, counts it against the peer's window and hands it to protoactor.
-// With wait it waits for room until ctx ends, or DefaultSendWait when ctx has no
-// deadline (ErrBackpressure wrapping the context's error); without, a full window
-// fails at once with ErrBackpressure.
-func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelope, wait bool) error {
+// While the window is full it waits for room: not at all when maxWait is negative (a
+// full window fails at once with ErrBackpressure), as long as ctx lasts when maxWait
+// is 0, at most maxWait (and ctx) otherwise; the wait also ends when the peer departs
+// (fault.Unavailable) or the node stops.
+func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelope, maxWait time.Duration) error {
 	f := l.n.flow
 	size := envelopeSize(env)
 	var expired <-chan time.Time // made only when a send has to wait
+	waited := false
 	for {
 		l.mu.Lock()
 		if l.dead {
@@ -203,19 +205,18 @@ func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelop
 		}
 		ch := l.space.Wait()
 		l.mu.Unlock()
-		if !wait {
+		if maxWait < 0 {
 			f.refused.Add(1)
 			return fmt.Errorf("%w: %s", ErrBackpressure, l.id)
 		}
-		if expired == nil {
+		if !waited {
+			waited = true
 			f.waits.Add(1)
-			wait := DefaultSendWait
-			if dl, ok := ctx.Deadline(); ok {
-				wait = time.Until(dl)
+			if maxWait > 0 {
+				t := time.NewTimer(maxWait)
+				defer t.Stop()
+				expired = t.C
 			}
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			expired = t.C
 		}
 		select {
 		case <-ch:

@@ -177,19 +177,28 @@ func (n *Node) handler(cmd wire.Command) RecordHandler { return (*n.handlers.Loa
 
 // send: see Records.Send.
 func (n *Node) send(ctx context.Context, to NodeID, rec *wire.Record) error {
-	return n.sendTo(ctx, to, nil, rec, true)
+	return n.sendTo(ctx, to, nil, rec, boundedWait(ctx))
+}
+
+// boundedWait is how long Send waits for window room: as long as ctx lasts when it has
+// a deadline, otherwise DefaultSendWait.
+func boundedWait(ctx context.Context) time.Duration {
+	if _, ok := ctx.Deadline(); ok {
+		return 0
+	}
+	return DefaultSendWait
 }
 
 // trySend: see Records.TrySend.
 func (n *Node) trySend(to NodeID, rec *wire.Record) error {
-	err := n.sendTo(context.Background(), to, nil, rec, false)
+	err := n.sendTo(context.Background(), to, nil, rec, -1)
 	if errors.Is(err, ErrBackpressure) {
 		n.metrics.dropped(DropBackpressure)
 	}
 	return err
 }
 
-func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, wait bool) error {
+func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, maxWait time.Duration) error {
 	if n.stopping.Load() {
 		return ErrStopped
 	}
@@ -219,7 +228,7 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	if l == nil {
 		return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
 	}
-	if err := l.send(ctx, pid, env, wait); err != nil {
+	if err := l.send(ctx, pid, env, maxWait); err != nil {
 		return err
 	}
 	n.metrics.record(rec.Command(), Outbound)

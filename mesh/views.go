@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"time"
 
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/nodert"
@@ -102,9 +103,11 @@ func (r *Records) ActorAddr(to NodeID, actorName string) (ActorAddr, error) {
 
 // SendToActor is Send addressed straight to an actor on the node (an Actor
 // activation): the record skips the node's record receiver, and the receiving actor
-// validates it with Accept.
-func (r *Records) SendToActor(ctx context.Context, to ActorAddr, rec *wire.Record) error {
-	return r.n.sendTo(ctx, to.node, to.pid, rec, true)
+// validates it with Accept. While the peer's window is full it waits at most maxWait,
+// or as long as ctx lasts when maxWait is 0 (a session's relay: its session stops
+// pulling meanwhile, and the wait ends when the session closes or the peer departs).
+func (r *Records) SendToActor(ctx context.Context, to ActorAddr, rec *wire.Record, maxWait time.Duration) error {
+	return r.n.sendTo(ctx, to.node, to.pid, rec, maxWait)
 }
 
 // Accept validates an inbound envelope (addressed to this node lifecycle, from a

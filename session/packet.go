@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/compress"
@@ -146,6 +147,24 @@ func (p *Peer) Codecs() *codec.Registry { return p.c.host.codecs }
 
 // Done is closed when the connection starts closing.
 func (p *Peer) Done() <-chan struct{} { return p.c.closing }
+
+// Context returns a context that ends when the connection starts closing: for work
+// done on the session's behalf that must not outlive it (a relay waiting for room
+// toward a busy node). It allocates nothing.
+func (p *Peer) Context() context.Context { return closingContext{p.c} }
+
+// closingContext is done when its connection starts closing.
+type closingContext struct{ c *conn }
+
+func (closingContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x closingContext) Done() <-chan struct{}     { return x.c.closing }
+func (x closingContext) Err() error {
+	if x.c.isClosing() {
+		return context.Canceled
+	}
+	return nil
+}
+func (closingContext) Value(any) any { return nil }
 
 // Send pushes a Send frame to the client. It returns ErrSessionClosed once the
 // connection is closing, and waits (bounded by ctx) while the connection's outbound
