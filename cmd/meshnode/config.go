@@ -11,8 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
@@ -192,4 +196,34 @@ func splitHostPortFlag(flagName, v string) (string, int, error) {
 		return "", 0, fmt.Errorf("flag %s: host missing in %q", flagName, v)
 	}
 	return host, port, nil
+}
+
+// nodeConfig is the node's configuration: the LAN preset with the flags applied, the
+// sample app as the session and its Actor kinds.
+func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) meshnode.Config {
+	meshHost, meshPort, _ := splitHostPortFlag("--mesh", c.meshAddr)
+	_, remotePort, _ := splitHostPortFlag("--remote", c.remoteAddr)
+	nc := meshnode.DefaultLANConfig()
+	nc.NodeID = c.nodeID
+	nc.BindHost, nc.AdvertiseHost = meshHost, c.advertiseHost
+	nc.MeshPort, nc.RemotePort = meshPort, remotePort
+	nc.Join = c.join
+	nc.Timing = c.meshPreset
+	nc.Streams = c.streams
+	nc.StreamName = c.nodeName
+	nc.Session = func(n *meshnode.Node) session.SessionType { return sampleapp.Mux(n.Binder()).Type() }
+	nc.Kinds = sampleapp.Kinds()
+	nc.TLSCertFile, nc.TLSKeyFile, nc.TLSClientCAFile = c.tlsCert, c.tlsKey, c.tlsClientCA
+	nc.MaxMessageSize = c.maxMessageSize
+	if nc.MaxMessageSize == 0 {
+		nc.MaxMessageSize = -1 // the flag's 0 means no cap
+	}
+	nc.IdleTimeout = c.idleTimeout
+	nc.Socket.FrameTimeout = c.frameTimeout
+	nc.MaxConnections = c.maxConnections
+	nc.ActorIdleTimeout = c.actorIdleTimeout
+	nc.Binding = binding.Options{RelayTimeout: c.relayTimeout, MaxBindingsPerSession: c.maxBindingsPerSession,
+		MaxRelayedRequests: c.maxRelayedRequests}
+	nc.Logger, nc.MeterProvider = log, meters
+	return nc
 }

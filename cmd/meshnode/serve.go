@@ -18,11 +18,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/meshnode/meshnode/actor"
-	"github.com/meshnode/meshnode/binding"
-	"github.com/meshnode/meshnode/examples/sampleapp"
-	"github.com/meshnode/meshnode/mesh"
-	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode"
 )
 
 // serve runs the node until ctx ends, then drains.
@@ -38,52 +34,12 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = meters.Shutdown(context.Background()) }()
 
-	meshHost, meshPort, _ := splitHostPortFlag("--mesh", cfg.meshAddr)
-	_, remotePort, _ := splitHostPortFlag("--remote", cfg.remoteAddr)
-	node, err := mesh.Start(ctx, mesh.Config{
-		RID: cfg.nodeID, BindHost: meshHost, AdvertiseHost: cfg.advertiseHost,
-		MeshPort: meshPort, RemotePort: remotePort, Join: cfg.join, Preset: cfg.meshPreset,
-		Logger: log, MeterProvider: meters,
-	})
+	node, err := meshnode.Start(ctx, cfg.nodeConfig(log, meters))
 	if err != nil {
-		return fmt.Errorf("mesh: %w", err)
-	}
-	leave := func() {
-		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := node.Leave(lctx); err != nil {
-			log.Warn("mesh leave", "err", err)
-		}
-	}
-	actors, err := actor.NewHost(node, actor.HostOptions{Logger: log, MeterProvider: meters, IdleTimeout: cfg.actorIdleTimeout})
-	if err != nil {
-		leave()
 		return err
 	}
-	defer leave()
-	defer actors.Close()
-	binder := binding.New(node, actors, binding.Options{Logger: log, MeterProvider: meters, RelayTimeout: cfg.relayTimeout,
-		MaxBindingsPerSession: cfg.maxBindingsPerSession, MaxRelayedRequests: cfg.maxRelayedRequests})
-	defer binder.Stop()
-	for _, k := range sampleapp.Kinds() {
-		if err := actors.Register(k); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", node.ID().RID, node.ID().Generation, node.MeshAddr(), node.RemoteAddr())
-
-	host := session.NewHost(session.HostOptions{MeterProvider: meters, Logger: log, MaxConnections: cfg.maxConnections})
-	streamNode := host.AddStreamNode(cfg.nodeName).MaxMessageSize(cfg.maxMessageSize).IdleTimeout(cfg.idleTimeout).
-		Socket(session.SocketOptions{FrameTimeout: cfg.frameTimeout}).Session(sampleapp.Type(binder))
-	for _, s := range cfg.streams {
-		streamNode.Bind(s)
-	}
-	if cfg.tlsCert != "" || cfg.tlsKey != "" {
-		streamNode.TLSServer(cfg.tlsCert, cfg.tlsKey)
-	}
-	if cfg.tlsClientCA != "" {
-		streamNode.RequireClientCertificate(cfg.tlsClientCA)
-	}
+	id := node.Mesh().ID()
+	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
 	var ready atomic.Bool
 	var admin *http.Server
@@ -91,9 +47,10 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if cfg.admin != "" {
 		ln, err := net.Listen("tcp", cfg.admin)
 		if err != nil {
+			_ = node.Close()
 			return fmt.Errorf("flag --admin: %w", err)
 		}
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, actors), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(registry, &ready, node), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(ln) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (/metrics /healthz /readyz)\n", ln.Addr())
@@ -109,12 +66,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 			log.Warn("admin server stopped", "err", err)
 		}
 	}
-
-	if err := host.Start(ctx); err != nil {
-		stopAdmin()
-		return err
-	}
-	for _, ep := range host.Node(cfg.nodeName).Endpoints() {
+	for _, ep := range node.Endpoints() {
 		fmt.Fprintf(stdout, "meshnode: stream %s\n", ep)
 	}
 	fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
@@ -125,7 +77,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	log.Info("draining sessions", "timeout", cfg.drainTimeout)
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
-	err = host.Shutdown(dctx)
+	err = node.Shutdown(dctx)
 	stopAdmin()
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
@@ -142,19 +94,19 @@ type memberJSON struct {
 	State      string `json:"state"`
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *mesh.Node, actors *actor.Host) *http.ServeMux {
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		out := []memberJSON{}
-		for _, m := range node.Membership().Members(ctx) {
+		for _, m := range node.Mesh().Membership().Members(ctx) {
 			out = append(out, memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State)})
 		}
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, actors.Active())
+		writeJSON(w, node.Actors().Active())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,160 @@
+package meshnode
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/session"
+)
+
+// Config is everything one node is: its identity and mesh timing, its STREAM listeners
+// and session, its Actor kinds and message types, and its bounds. A zero field means
+// the default; the presets (DefaultLANConfig, DefaultLocalConfig, TestConfig) fill the
+// common cases, like memberlist's.
+type Config struct {
+	// Identity and the mesh.
+
+	// NodeID is the node's stable RID (default: its advertised mesh address).
+	NodeID string
+	// BindHost is the host every socket opens on (default 127.0.0.1); AdvertiseHost the
+	// host peers and clients use (required with a wildcard BindHost).
+	BindHost      string
+	AdvertiseHost string
+	// MeshPort (gossip) and RemotePort (records between nodes); 0: the OS chooses.
+	MeshPort   int
+	RemotePort int
+	// Join lists mesh addresses (host:port) of nodes to join; retried with backoff.
+	Join []string
+	// Timing is memberlist's timing: mesh.PresetLAN (default), PresetLocal, PresetTest.
+	Timing mesh.Preset
+	// PeerWindowRecords and PeerWindowBytes bound the records toward one peer node not
+	// yet acknowledged by it (0: mesh's defaults).
+	PeerWindowRecords int
+	PeerWindowBytes   int64
+
+	// STREAM: clients connect here. Without Streams the node has no STREAM listener
+	// (a node that only hosts Actors).
+
+	// Streams are the listener endpoints: tcp://host:port, tls://, ws://host:port/path,
+	// wss://. Port 0: the OS chooses (Node.Endpoints says which).
+	Streams []string
+	// StreamName names the stream node (default "gateway").
+	StreamName string
+	// Session returns the node's session type (a session.Mux's Type, typically); it is
+	// given the node so that its handlers can bind sessions to Actors. Required with
+	// Streams.
+	Session func(n *Node) session.SessionType
+	// TLSCertFile and TLSKeyFile serve tls:// and wss://; TLSClientCAFile, when set,
+	// requires client certificates signed by it.
+	TLSCertFile, TLSKeyFile, TLSClientCAFile string
+	// MaxMessageSize caps an inbound message's header+payload (0: 64 KiB; negative: no
+	// cap).
+	MaxMessageSize int64
+	// IdleTimeout closes sessions with no inbound frame for this long (0: never).
+	IdleTimeout time.Duration
+	// Socket are the per-connection settings and bounds (session.SocketOptions).
+	Socket session.SocketOptions
+	// MaxConnections bounds the client connections held at once (0: the open-files
+	// limit less a reserve; negative: no limit). JobQueue is the host-wide permit count
+	// (0: 128 per processor). StallTimeout: session.HostOptions.StallTimeout.
+	MaxConnections int
+	JobQueue       int
+	StallTimeout   time.Duration
+	// WebSocketOrigins restricts the browser origins that may open ws:// and wss://
+	// sessions (host patterns; empty: any).
+	WebSocketOrigins []string
+
+	// Actors.
+
+	// Kinds are the Actor kinds this node hosts.
+	Kinds []actor.Kind
+	// Messages are the message types Actors exchange (actor.MessageOf).
+	Messages []actor.MessageType
+	// ActorIdleTimeout deactivates an Actor with no binding and no message for this
+	// long (0: 5 minutes; negative: never).
+	ActorIdleTimeout time.Duration
+	// MaxMailbox, MaxMailboxBytes, MaxPanics and PanicWindow: actor.HostOptions.
+	MaxMailbox      int
+	MaxMailboxBytes int64
+	MaxPanics       int
+	PanicWindow     time.Duration
+
+	// Binding carries the bounds and timeouts of sessions bound to Actors (relay
+	// timeout, relayed requests, relay window, bindings per session). Its Logger and
+	// MeterProvider default to the node's.
+	Binding binding.Options
+
+	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
+	Logger        *slog.Logger
+	MeterProvider metric.MeterProvider
+}
+
+// DefaultLANConfig is the production preset: memberlist's LAN timing, the binary's
+// well-known ports on loopback (STREAM tcp 7400 and ws 7401, gossip 7946, records
+// 8090). Set BindHost/AdvertiseHost to serve beyond the machine.
+func DefaultLANConfig() Config {
+	return Config{
+		Timing:     mesh.PresetLAN,
+		MeshPort:   7946,
+		RemotePort: 8090,
+		Streams:    []string{"tcp://127.0.0.1:7400", "ws://127.0.0.1:7401/"},
+	}
+}
+
+// DefaultLocalConfig is for several nodes on one host: memberlist's local timing
+// (faster failure detection), every port chosen by the OS.
+func DefaultLocalConfig() Config {
+	return Config{Timing: mesh.PresetLocal, Streams: []string{"tcp://127.0.0.1:0"}}
+}
+
+// TestConfig is for nodes started by tests in one process: the test timing (fast
+// convergence and failure detection), every port chosen by the OS, no STREAM listener
+// (add Streams and Session to serve clients).
+func TestConfig() Config { return Config{Timing: mesh.PresetTest} }
+
+// validate checks what Start cannot leave to the packages it wires; errors name the
+// field.
+func (c *Config) validate() error {
+	switch c.Timing {
+	case mesh.PresetLAN, mesh.PresetLocal, mesh.PresetTest:
+	default:
+		return configError("Timing", "unknown preset %d", c.Timing)
+	}
+	if len(c.Streams) > 0 && c.Session == nil {
+		return configError("Session", "required when Streams lists endpoints")
+	}
+	if len(c.Streams) == 0 && c.Session != nil {
+		return configError("Streams", "a Session is set but no endpoint to serve it")
+	}
+	if c.TLSClientCAFile != "" && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
+		return configError("TLSClientCAFile", "needs TLSCertFile and TLSKeyFile")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return configError("TLSCertFile", "TLSCertFile and TLSKeyFile go together")
+	}
+	if c.MeshPort < 0 || c.MeshPort > 65535 {
+		return configError("MeshPort", "%d is not a port", c.MeshPort)
+	}
+	if c.RemotePort < 0 || c.RemotePort > 65535 {
+		return configError("RemotePort", "%d is not a port", c.RemotePort)
+	}
+	if c.MeshPort != 0 && c.MeshPort == c.RemotePort {
+		return configError("RemotePort", "the same port as MeshPort (%d)", c.MeshPort)
+	}
+	return nil
+}
+
+// ErrConfig is matched (errors.Is) by every configuration error of Start; it is of kind
+// fault.NotConfigured.
+var ErrConfig = fault.New(fault.NotConfigured, "meshnode: configuration error")
+
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: Config.%s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+}

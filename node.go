@@ -1,0 +1,230 @@
+package meshnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/internal/nodert"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/session"
+)
+
+// Node is one running meshnode: its place in the mesh, the Actors it hosts, the binding
+// of sessions to Actors, and (when configured) its STREAM listeners.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	mesh   *mesh.Node
+	actors *actor.Host
+	binder *binding.Binder
+	stream *session.Host // nil without Streams
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a node: it joins the mesh, hosts cfg's Actor kinds, runs the binding
+// protocol, and serves cfg's session on cfg's STREAM endpoints. Every part is validated
+// before anything binds a port; on error nothing keeps running.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger}
+	var err error
+	n.mesh, err = mesh.Start(ctx, mesh.Config{
+		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
+		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing,
+		PeerWindowRecords: cfg.PeerWindowRecords, PeerWindowBytes: cfg.PeerWindowBytes,
+		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meshnode: mesh: %w", err)
+	}
+	n.actors, err = actor.NewHost(n.mesh, actor.HostOptions{
+		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, Messages: cfg.Messages,
+		IdleTimeout: cfg.ActorIdleTimeout, MaxMailbox: cfg.MaxMailbox, MaxMailboxBytes: cfg.MaxMailboxBytes,
+		MaxPanics: cfg.MaxPanics, PanicWindow: cfg.PanicWindow,
+	})
+	if err != nil {
+		n.leave()
+		return nil, fmt.Errorf("meshnode: Config.Messages: %w", err)
+	}
+	for i, k := range cfg.Kinds {
+		if err := n.actors.Register(k); err != nil {
+			n.actors.Close()
+			n.leave()
+			return nil, fmt.Errorf("meshnode: Config.Kinds[%d]: %w", i, err)
+		}
+	}
+	bo := cfg.Binding
+	if bo.Logger == nil {
+		bo.Logger = cfg.Logger
+	}
+	if bo.MeterProvider == nil {
+		bo.MeterProvider = cfg.MeterProvider
+	}
+	n.binder = binding.New(n.mesh, n.actors, bo)
+	if len(cfg.Streams) > 0 {
+		if err := n.startStream(ctx); err != nil {
+			n.binder.Stop()
+			n.actors.Close()
+			n.leave()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) startStream(ctx context.Context) error {
+	cfg := n.cfg
+	h := session.NewHost(session.HostOptions{
+		MaxQueuedApplicationJobs: cfg.JobQueue, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
+		MaxConnections: cfg.MaxConnections, StallTimeout: cfg.StallTimeout,
+	})
+	name := cfg.StreamName
+	if name == "" {
+		name = "gateway"
+	}
+	maxMsg := cfg.MaxMessageSize
+	switch {
+	case maxMsg == 0:
+		maxMsg = session.DefaultMaxMessageSize
+	case maxMsg < 0:
+		maxMsg = 0 // no cap
+	}
+	b := h.AddStreamNode(name).MaxMessageSize(maxMsg).IdleTimeout(cfg.IdleTimeout).Socket(cfg.Socket).
+		Session(cfg.Session(n))
+	if cfg.BindHost != "" {
+		b.BindHost(cfg.BindHost)
+	}
+	if cfg.AdvertiseHost != "" {
+		b.AdvertiseHost(cfg.AdvertiseHost)
+	}
+	for _, ep := range cfg.Streams {
+		b.Bind(ep)
+	}
+	if cfg.TLSCertFile != "" {
+		b.TLSServer(cfg.TLSCertFile, cfg.TLSKeyFile)
+	}
+	if cfg.TLSClientCAFile != "" {
+		b.RequireClientCertificate(cfg.TLSClientCAFile)
+	}
+	if len(cfg.WebSocketOrigins) > 0 {
+		b.WebSocketOrigins(cfg.WebSocketOrigins...)
+	}
+	if err := h.Start(ctx); err != nil {
+		return fmt.Errorf("meshnode: Config.Streams: %w", err)
+	}
+	n.stream = h
+	return nil
+}
+
+// ID returns the node's identity (RID and lifecycle generation).
+func (n *Node) ID() mesh.NodeID { return n.mesh.ID() }
+
+// Mesh returns the node's mesh membership and record transport.
+func (n *Node) Mesh() *mesh.Node { return n.mesh }
+
+// Actors returns the node's Actor host.
+func (n *Node) Actors() *actor.Host { return n.actors }
+
+// Binder returns the binding of the node's sessions to Actors.
+func (n *Node) Binder() *binding.Binder { return n.binder }
+
+// Stream returns the node's STREAM host (nil without Streams).
+func (n *Node) Stream() *session.Host { return n.stream }
+
+// Endpoints returns the STREAM endpoints clients connect to, with the real ports.
+func (n *Node) Endpoints() []string {
+	if n.stream == nil {
+		return nil
+	}
+	var out []string
+	for _, sn := range n.stream.Nodes() {
+		out = append(out, sn.Endpoints()...)
+	}
+	return out
+}
+
+// Logger returns the node's logger.
+func (n *Node) Logger() *slog.Logger { return n.log }
+
+// Shutdown drains the node, in the order that loses nothing: the STREAM listeners stop
+// accepting and every session gets session-closing ServerDrain (their bindings send
+// their tombstones as they end); then the binding layer stops, the Actors stop (their
+// Stopping turns run), and the node leaves the mesh (peers see it as left, not failed).
+// When ctx ends first, the sessions still open are closed without waiting, and ctx's
+// error is returned after the rest has stopped.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		var errs []error
+		if n.stream != nil {
+			if err := n.stream.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("meshnode: drain sessions: %w", err))
+			}
+		}
+		n.binder.Stop()
+		n.actors.Close()
+		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		defer cancel()
+		if err := n.mesh.Leave(lctx); err != nil {
+			errs = append(errs, err)
+		}
+		n.stopErr = errors.Join(errs...)
+	})
+	return n.stopErr
+}
+
+// Close stops the node without draining: sessions are closed at once (no
+// session-closing), then as Shutdown.
+func (n *Node) Close() error {
+	n.stopOnce.Do(func() {
+		if n.stream != nil {
+			_ = n.stream.Close()
+		}
+		n.binder.Stop()
+		n.actors.Close()
+		n.stopErr = n.leave()
+	})
+	return n.stopErr
+}
+
+// leaveTimeout bounds the graceful leave of the mesh.
+const leaveTimeout = 5 * time.Second
+
+func (n *Node) leave() error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	return n.mesh.Leave(ctx)
+}
+
+// kill stops the node as a crash would: its mesh lifecycle ends first, without a
+// leave, so nothing it does afterwards reaches a peer; then its parts stop. Tests reach
+// it through meshtest.
+func (n *Node) kill() {
+	n.stopOnce.Do(func() {
+		nodert.Kill(n.mesh)
+		if n.stream != nil {
+			_ = n.stream.Close()
+		}
+		n.binder.Stop()
+		n.actors.Close()
+	})
+}
+
+func init() { nodert.KillNode = func(node any) { node.(*Node).kill() } }
