@@ -62,7 +62,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	})
 	if err != nil {
 		n.leave()
-		return nil, fmt.Errorf("meshnode: Config.Messages: %w", err)
+		return nil, fmt.Errorf("meshnode: Config: %w", err) // the error names Messages[i]
 	}
 	for i, k := range cfg.Kinds {
 		if err := n.actors.Register(k); err != nil {
@@ -137,8 +137,14 @@ func (n *Node) startStream(ctx context.Context) error {
 // ID returns the node's identity (RID and lifecycle generation).
 func (n *Node) ID() mesh.NodeID { return n.mesh.ID() }
 
-// Mesh returns the node's mesh membership and record transport.
+// Mesh returns the node's place in the mesh.
 func (n *Node) Mesh() *mesh.Node { return n.mesh }
+
+// Membership returns the node's view of the mesh (Mesh().Membership()).
+func (n *Node) Membership() *mesh.Membership { return n.mesh.Membership() }
+
+// Records returns the node's record transport (Mesh().Records()).
+func (n *Node) Records() *mesh.Records { return n.mesh.Records() }
 
 // Actors returns the node's Actor host.
 func (n *Node) Actors() *actor.Host { return n.actors }

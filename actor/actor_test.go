@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
@@ -84,31 +85,15 @@ func (r *recorder) Receive(ctx *actor.Context) {
 
 type cluster struct {
 	*meshtest.Cluster
-	mu    sync.Mutex
-	hosts map[int]*actor.Host
-	sink  *sink
+	sink *sink
 }
 
-func (c *cluster) host(i int) *actor.Host {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hosts[i]
-}
+func (c *cluster) host(i int) *actor.Host { return c.Node(i).Actors() }
 
 func start(t *testing.T, n int) *cluster {
-	c := &cluster{hosts: map[int]*actor.Host{}, sink: newSink()}
-	c.Cluster = meshtest.Start(t, n, meshtest.Options{OnStart: func(i int, node *mesh.Node) func() {
-		h, err := actor.NewHost(node, actor.HostOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Register(actor.Kind{Name: "recorder", New: func() actor.Actor { return &recorder{s: c.sink} }}); err != nil {
-			t.Fatal(err)
-		}
-		c.mu.Lock()
-		c.hosts[i] = h
-		c.mu.Unlock()
-		return h.Close
+	c := &cluster{sink: newSink()}
+	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
+		cfg.Kinds = []actor.Kind{{Name: "recorder", New: func() actor.Actor { return &recorder{s: c.sink} }}}
 	}})
 	return c
 }

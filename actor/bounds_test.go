@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
-	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 )
 
@@ -33,21 +33,12 @@ func TestMailbox_LocalSendPastTheBoundFailsWithErrMailboxFull(t *testing.T) {
 	const max = 4
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
-	var h *actor.Host
-	meshtest.Start(t, 1, meshtest.Options{OnStart: func(_ int, node *mesh.Node) func() {
-		var err error
-		h, err = actor.NewHost(node, actor.HostOptions{MaxMailbox: max})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Register(actor.Kind{Name: "blocking", New: func() actor.Actor { return &blocking{entered: entered, release: release} }}); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			close(release)
-			h.Close()
-		}
+	c := meshtest.Start(t, 1, meshtest.Options{Config: func(_ int, cfg *meshnode.Config) {
+		cfg.MaxMailbox = max
+		cfg.Kinds = []actor.Kind{{Name: "blocking", New: func() actor.Actor { return &blocking{entered: entered, release: release} }}}
 	}})
+	t.Cleanup(func() { close(release) }) // before the cluster stops: the blocked turn returns
+	h := c.Node(0).Actors()
 	ctx := context.Background()
 	to, err := h.Lookup(ctx, "blocking", "b")
 	if err != nil {

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
-	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session/wire"
@@ -134,37 +135,23 @@ func (a *asker) Receive(ctx *actor.Context) {
 
 type surface struct {
 	*meshtest.Cluster
-	mu    sync.Mutex
-	hosts map[int]*actor.Host
-	s     *seen
+	s *seen
 }
 
-func (c *surface) host(i int) *actor.Host {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hosts[i]
-}
+func (c *surface) host(i int) *actor.Host { return c.Node(i).Actors() }
 
-func startSurface(t *testing.T, n int, opts actor.HostOptions) *surface {
-	c := &surface{hosts: map[int]*actor.Host{}, s: &seen{waited: make(chan error, 4)}}
-	opts.Messages = messages
-	c.Cluster = meshtest.Start(t, n, meshtest.Options{OnStart: func(i int, node *mesh.Node) func() {
-		h, err := actor.NewHost(node, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range []actor.Kind{
+// startSurface starts n nodes hosting the replier and asker kinds; adjust sets bounds.
+func startSurface(t *testing.T, n int, adjust func(cfg *meshnode.Config)) *surface {
+	c := &surface{s: &seen{waited: make(chan error, 4)}}
+	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
+		cfg.Messages = messages
+		cfg.Kinds = []actor.Kind{
 			{Name: "replier", New: func() actor.Actor { return &replier{s: c.s} }},
 			{Name: "asker", New: func() actor.Actor { return &asker{} }},
-		} {
-			if err := h.Register(k); err != nil {
-				t.Fatal(err)
-			}
 		}
-		c.mu.Lock()
-		c.hosts[i] = h
-		c.mu.Unlock()
-		return h.Close
+		if adjust != nil {
+			adjust(cfg)
+		}
 	}})
 	return c
 }
@@ -196,7 +183,7 @@ func reqCtx(t *testing.T) context.Context {
 // into the registered type) and on one node (handed over); either way the receiver
 // gets a *T, and a reply comes back as a value.
 func TestSurface_TypedRequestResponseAcrossNodesAndLocally(t *testing.T) {
-	c := startSurface(t, 2, actor.HostOptions{})
+	c := startSurface(t, 2, nil)
 	for _, where := range []int{0, 1} {
 		id := c.idOn(t, "replier", where)
 		v, err := c.host(0).Request(reqCtx(t), actor.Address{Kind: "replier", ID: id}, Ping{N: 41})
@@ -214,7 +201,7 @@ func TestSurface_TypedRequestResponseAcrossNodesAndLocally(t *testing.T) {
 // the receiver has not registered arrives as a raw *Message; a type the sender has not
 // registered cannot be sent.
 func TestSurface_SendsCodecsAndUnregisteredTypes(t *testing.T) {
-	c := startSurface(t, 2, actor.HostOptions{})
+	c := startSurface(t, 2, nil)
 	target := c.idOn(t, "replier", 1)
 	askerID := c.idOn(t, "asker", 0)
 	ctx := reqCtx(t)
@@ -253,7 +240,7 @@ func TestSurface_SendsCodecsAndUnregisteredTypes(t *testing.T) {
 // kind; DeadlineExceeded within the caller's deadline; NotFound for an unknown kind;
 // Unavailable at once when the target's node fails.
 func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
-	c := startSurface(t, 3, actor.HostOptions{})
+	c := startSurface(t, 3, nil)
 	remote := actor.Address{Kind: "replier", ID: c.idOn(t, "replier", 1)}
 	if _, err := c.host(0).Request(reqCtx(t), remote, Fail{Kind: uint8(fault.Rejected)}); !errors.Is(err, fault.Rejected) {
 		t.Fatalf("replier's error: %v, want fault.Rejected", err)
@@ -292,7 +279,7 @@ func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
 // A request answered later (Context.Later) completes when the Actor replies in another
 // turn; request/response also works from inside an Actor.
 func TestSurface_LaterAndRequestsFromAnActor(t *testing.T) {
-	c := startSurface(t, 2, actor.HostOptions{})
+	c := startSurface(t, 2, nil)
 	target := actor.Address{Kind: "replier", ID: c.idOn(t, "replier", 1)}
 	done := make(chan any, 1)
 	go func() {
@@ -323,7 +310,7 @@ func TestSurface_LaterAndRequestsFromAnActor(t *testing.T) {
 
 // The activation's context is cancelled when it stops: a turn that waits on it returns.
 func TestSurface_TurnContextCancelledWhenTheActivationStops(t *testing.T) {
-	c := startSurface(t, 1, actor.HostOptions{})
+	c := startSurface(t, 1, nil)
 	id := "waiter"
 	if err := c.host(0).Send(reqCtx(t), actor.Address{Kind: "replier", ID: id}, Wait{}); err != nil {
 		t.Fatal(err)
@@ -344,7 +331,7 @@ func TestSurface_TurnContextCancelledWhenTheActivationStops(t *testing.T) {
 // and is counted; MaxPanics panics within PanicWindow stop the activation; the next
 // message activates it anew.
 func TestSurface_PanicPolicy(t *testing.T) {
-	c := startSurface(t, 1, actor.HostOptions{MaxPanics: 2, PanicWindow: time.Minute})
+	c := startSurface(t, 1, func(cfg *meshnode.Config) { cfg.MaxPanics, cfg.PanicWindow = 2, time.Minute })
 	to := actor.Address{Kind: "replier", ID: "fragile"}
 	first, err := c.host(0).Lookup(reqCtx(t), "replier", "fragile")
 	if err != nil {
@@ -394,21 +381,19 @@ func TestSurface_ConstructionValidates(t *testing.T) {
 		{"EmptyName", []actor.MessageType{actor.MessageOf[T]("")}, "Messages[0]", fault.InvalidOperation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got error
-			meshtest.Start(t, 1, meshtest.Options{OnStart: func(_ int, node *mesh.Node) func() {
-				h, err := actor.NewHost(node, actor.HostOptions{Messages: tc.types})
-				got = err
-				if h != nil {
-					return h.Close
-				}
-				return nil
-			}})
-			if got == nil || !strings.Contains(got.Error(), tc.want) || !errors.Is(got, tc.kind) {
-				t.Fatalf("NewHost: %v; want an error of kind %v naming %s", got, tc.kind, tc.want)
+			cfg := meshnode.TestConfig()
+			cfg.Messages = tc.types
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			n, got := meshnode.Start(context.Background(), cfg)
+			if got == nil {
+				_ = n.Close()
+			}
+			if got == nil || !strings.Contains(got.Error(), "Config: actor: "+tc.want) || !errors.Is(got, tc.kind) {
+				t.Fatalf("Start: %v; want an error of kind %v naming Config %s", got, tc.kind, tc.want)
 			}
 		})
 	}
-	c := startSurface(t, 1, actor.HostOptions{})
+	c := startSurface(t, 1, nil)
 	if err := c.host(0).Register(actor.Kind{Name: "replier", New: func() actor.Actor { return &replier{} }}); !errors.Is(err, fault.AlreadyExists) {
 		t.Errorf("a kind registered twice: %v", err)
 	}

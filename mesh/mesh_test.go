@@ -210,28 +210,28 @@ func TestBadRecordsDroppedAndCounted(t *testing.T) {
 			handled <- rec.Body.(*wire.BoundSessionBind).Correlation
 		})
 	}
-	register(c.Node(1))
+	register(c.Node(1).Mesh())
 	old := c.Node(2).ID()
 	reborn := c.Restart(2)
-	register(reborn)
+	register(reborn.Mesh())
 	if err := c.WaitConverged(wait); err != nil {
 		t.Fatal(err)
 	}
 	from := c.Node(0).ID()
 	good, _ := wire.Encode(bindRecord(1, reborn.ID()))
 	stale := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: old.RID, ToGeneration: old.Generation, Frames: good}
-	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, stale)
+	meshtest.SendEnvelope(c.Node(0).Mesh(), reborn.Mesh().RemoteAddr(), meshtest.RecordsActor, stale)
 	stranger := &meshpb.Envelope{FromRid: "stranger", FromGeneration: 7, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: good}
-	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, stranger)
+	meshtest.SendEnvelope(c.Node(0).Mesh(), reborn.Mesh().RemoteAddr(), meshtest.RecordsActor, stranger)
 	malformed := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: [][]byte{{'Z', 'M', 1, 38, 0, 0}}}
-	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, malformed)
+	meshtest.SendEnvelope(c.Node(0).Mesh(), reborn.Mesh().RemoteAddr(), meshtest.RecordsActor, malformed)
 	// Node 0 has no handler for 38.
 	if err := c.Node(1).Records().Send(context.Background(), from, bindRecord(2, from)); err != nil {
 		t.Fatal(err)
 	}
 	// A good record last: it arrives after the bad ones (one sender, one stream).
 	ok := &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation, ToRid: reborn.ID().RID, ToGeneration: reborn.ID().Generation, Frames: good}
-	meshtest.SendEnvelope(c.Node(0), reborn.RemoteAddr(), meshtest.RecordsActor, ok)
+	meshtest.SendEnvelope(c.Node(0).Mesh(), reborn.Mesh().RemoteAddr(), meshtest.RecordsActor, ok)
 	select {
 	case corr := <-handled:
 		if corr != 1 {
@@ -275,12 +275,12 @@ func TestJoinRetriesUntilSeedAppears(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start with an absent seed: %v", err)
 	}
-	defer meshtest.Kill(a)
+	defer meshtest.KillMesh(a)
 	b, err := mesh.Start(context.Background(), mesh.Config{MeshPort: port, Preset: mesh.PresetTest})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer meshtest.Kill(b)
+	defer meshtest.KillMesh(b)
 	select {
 	case <-a.Membership().Joined():
 	case <-time.After(wait):

@@ -1,7 +1,8 @@
-// Package meshtest starts in-process meshes on loopback for tests: N nodes in one
-// process that find each other by gossip, with helpers to wait for convergence, stop a
-// node gracefully or kill it, restart it under a new generation, and read every record
-// that crossed a node boundary. The project's own tests use it; so can users'.
+// Package meshtest starts in-process fleets on loopback for tests: N meshnode nodes in
+// one process (each started with meshnode.Start, the one wiring path) that find each
+// other by gossip, with helpers to wait for convergence, stop a node gracefully or kill
+// it, restart it under a new generation, and read every record that crossed a node
+// boundary. The project's own tests use it; so can users' tests of their Actors.
 package meshtest
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/mesh"
@@ -33,15 +35,19 @@ type Options struct {
 	Logger *slog.Logger
 	// MeterProvider, per node index (nil: otel's global no-op).
 	MeterProvider func(i int) metric.MeterProvider
-	// OnStart runs after node i started (and after every restart); what it returns runs
-	// before the node stops. Tests use it to attach Actor hosts or session hosts.
-	OnStart func(i int, n *mesh.Node) (stop func())
+	// Config adjusts node i's configuration before it starts (and before every
+	// restart). It starts as meshnode.TestConfig(): OS-chosen ports on loopback, no
+	// STREAM listener; add Kinds, Messages, Streams and Session, bounds.
+	Config func(i int, cfg *meshnode.Config)
+	// OnStart runs after node i started (and after every restart), for what the
+	// configuration cannot say (a handler on the node's records, say).
+	OnStart func(i int, n *meshnode.Node)
 	// ConvergeTimeout bounds Start's wait for every node to see every other (default 20 s).
 	ConvergeTimeout time.Duration
 	// NoTap leaves the record tap off: benchmarks send millions of records.
 	NoTap bool
-	// PeerWindowRecords and PeerWindowBytes set mesh.Config's flow-control window of
-	// every node (0: the defaults).
+	// PeerWindowRecords and PeerWindowBytes set the flow-control window of every node
+	// (0: the defaults).
 	PeerWindowRecords int
 	PeerWindowBytes   int64
 }
@@ -71,8 +77,7 @@ type Cluster struct {
 	opts Options
 
 	mu      sync.Mutex
-	nodes   []*mesh.Node
-	stops   []func()
+	nodes   []*meshnode.Node
 	running []bool
 	tap     *Tap
 }
@@ -88,8 +93,7 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{t: t, opts: opts, tap: &Tap{}}
-	c.nodes = make([]*mesh.Node, n)
-	c.stops = make([]func(), n)
+	c.nodes = make([]*meshnode.Node, n)
 	c.running = make([]bool, n)
 	t.Cleanup(c.stopAll)
 	for i := 0; i < n; i++ {
@@ -106,39 +110,43 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 // startNode starts node i; rid and the ports are zero for a first start and the
 // previous lifecycle's for a restart.
 func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
-	cfg := mesh.Config{Preset: c.opts.Timing.preset(), Logger: c.opts.Logger.With("node", i),
-		RID: rid, MeshPort: meshPort, RemotePort: remotePort,
-		PeerWindowRecords: c.opts.PeerWindowRecords, PeerWindowBytes: c.opts.PeerWindowBytes}
+	cfg := meshnode.TestConfig()
+	cfg.Timing = c.opts.Timing.preset()
+	cfg.Logger = c.opts.Logger.With("node", i)
+	cfg.NodeID, cfg.MeshPort, cfg.RemotePort = rid, meshPort, remotePort
+	cfg.PeerWindowRecords, cfg.PeerWindowBytes = c.opts.PeerWindowRecords, c.opts.PeerWindowBytes
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}
 	c.mu.Lock()
 	for j, n := range c.nodes {
 		if j != i && n != nil && c.running[j] {
-			cfg.Join = append(cfg.Join, n.MeshAddr())
+			cfg.Join = append(cfg.Join, n.Mesh().MeshAddr())
 			break
 		}
 	}
 	c.mu.Unlock()
-	n, err := mesh.Start(context.Background(), cfg)
+	if c.opts.Config != nil {
+		c.opts.Config(i, &cfg)
+	}
+	n, err := meshnode.Start(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
 	if !c.opts.NoTap {
-		n.Records().SetTap(c.tap.record)
+		n.Mesh().Records().SetTap(c.tap.record)
 	}
-	var stop func()
 	if c.opts.OnStart != nil {
-		stop = c.opts.OnStart(i, n)
+		c.opts.OnStart(i, n)
 	}
 	c.mu.Lock()
-	c.nodes[i], c.stops[i], c.running[i] = n, stop, true
+	c.nodes[i], c.running[i] = n, true
 	c.mu.Unlock()
 	return nil
 }
 
 // Node returns node i (its current lifecycle).
-func (c *Cluster) Node(i int) *mesh.Node {
+func (c *Cluster) Node(i int) *meshnode.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[i]
@@ -173,7 +181,7 @@ func (c *Cluster) WaitConverged(timeout time.Duration) error {
 		for i, r := range c.running {
 			if r {
 				want = append(want, c.nodes[i].ID())
-				nodes = append(nodes, c.nodes[i])
+				nodes = append(nodes, c.nodes[i].Mesh())
 			}
 		}
 		c.mu.Unlock()
@@ -206,41 +214,39 @@ func (c *Cluster) WaitUntil(timeout time.Duration, cond func() bool) error {
 	}
 }
 
-// Stop stops node i gracefully: it leaves, and the others see it as left.
+// Stop stops node i gracefully (Node.Shutdown): it drains and leaves, and the others
+// see it as left.
 func (c *Cluster) Stop(i int) {
 	if n := c.halt(i); n != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = n.Leave(ctx)
+		_ = n.Shutdown(ctx)
 	}
 }
 
-// Kill stops node i abruptly, without leaving: the others detect it as failed.
+// Kill stops node i as a crash would, without leaving or draining: the others detect
+// it as failed.
 func (c *Cluster) Kill(i int) {
 	if n := c.halt(i); n != nil {
-		nodert.Kill(n)
+		Kill(n)
 	}
 }
 
-// halt marks node i stopped and runs what OnStart attached to it; it returns the node,
-// or nil when it was not running.
-func (c *Cluster) halt(i int) *mesh.Node {
+// halt marks node i stopped; it returns the node, or nil when it was not running.
+func (c *Cluster) halt(i int) *meshnode.Node {
 	c.mu.Lock()
-	n, stop, running := c.nodes[i], c.stops[i], c.running[i]
+	n, running := c.nodes[i], c.running[i]
 	c.running[i] = false
 	c.mu.Unlock()
 	if !running {
 		return nil
-	}
-	if stop != nil {
-		stop()
 	}
 	return n
 }
 
 // Restart starts node i again, under the same RID and a new, larger generation, joined
 // to a running node. It returns the new lifecycle.
-func (c *Cluster) Restart(i int) *mesh.Node {
+func (c *Cluster) Restart(i int) *meshnode.Node {
 	c.t.Helper()
 	c.mu.Lock()
 	prev, running := c.nodes[i], c.running[i]
@@ -250,7 +256,7 @@ func (c *Cluster) Restart(i int) *mesh.Node {
 	}
 	// A restart is the same node: same RID, same ports, a new generation.
 	rid := prev.ID().RID
-	if err := c.startNode(i, rid, portOf(prev.MeshAddr()), portOf(prev.RemoteAddr())); err != nil {
+	if err := c.startNode(i, rid, portOf(prev.Mesh().MeshAddr()), portOf(prev.Mesh().RemoteAddr())); err != nil {
 		// Another test grabbed a freed port meanwhile: restart on new ports (the mesh
 		// lets a dead node's RID come back on another address after a short while).
 		c.t.Logf("meshtest: restart node %d on its ports failed (%v); using new ports", i, err)
@@ -312,15 +318,20 @@ func portOf(addr string) int {
 	return n
 }
 
-// Kill stops node n abruptly, without leaving: its peers detect it as failed. For tests
-// of failure handling; a Cluster's nodes are killed with Cluster.Kill.
-func Kill(n *mesh.Node) { nodert.Kill(n) }
+// Kill stops node n as a crash would: its mesh lifecycle ends without a leave (its
+// peers detect it as failed) before its parts stop, so nothing it does afterwards
+// reaches them. For tests of failure handling; a Cluster's nodes are killed with
+// Cluster.Kill.
+func Kill(n *meshnode.Node) { nodert.KillNode(n) }
+
+// KillMesh stops a bare mesh node abruptly, without leaving.
+func KillMesh(n *mesh.Node) { nodert.Kill(n) }
 
 // RecordsActor is the name of every node's record receiver, the default target of
 // SendEnvelope.
 const RecordsActor = "$records"
 
-// SendEnvelope sends a hand-built envelope from node n, as is, to the actor named
+// SendEnvelope sends a hand-built envelope from mesh node n (a meshnode.Node's Mesh()), as is, to the actor named
 // actorName (RecordsActor for the node's record receiver) on the node at remoteAddr:
 // no membership check, no flow control. For tests that play a misbehaving or stale
 // peer.

@@ -28,7 +28,7 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	target := proto.NewPID(f.Node(1).RemoteAddr(), pid.Id)
+	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
 	root := nodert.SystemOf(f.Node(0)).Root
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()

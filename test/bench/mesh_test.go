@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 
@@ -62,7 +63,7 @@ func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	target := proto.NewPID(c.Node(1).RemoteAddr(), pid.Id)
+	target := proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
 	root := nodert.SystemOf(c.Node(0)).Root
 	cnt.arm(b.N)
 	b.ReportAllocs()
@@ -85,16 +86,10 @@ func (a countingActor) Receive(ctx *actor.Context) {
 // node, each carried by a service-wire record 24 in a protobuf envelope.
 func BenchmarkActorSendCrossNode(b *testing.B) {
 	cnt := &countTo{}
-	hosts := make([]*actor.Host, 2)
-	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true, OnStart: func(i int, n *mesh.Node) func() {
-		h, err := actor.NewHost(n, actor.HostOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = h.Register(actor.Kind{Name: "count", New: func() actor.Actor { return countingActor{cnt} }})
-		hosts[i] = h
-		return h.Close
+	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true, Config: func(_ int, cfg *meshnode.Config) {
+		cfg.Kinds = []actor.Kind{{Name: "count", New: func() actor.Actor { return countingActor{cnt} }}}
 	}})
+	hosts := []*actor.Host{c.Node(0).Actors(), c.Node(1).Actors()}
 	ctx := context.Background()
 	to, err := hosts[0].LookupOn(ctx, "count", "target", c.Node(1).ID().RID)
 	if err != nil {

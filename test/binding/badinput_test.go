@@ -25,14 +25,14 @@ func TestBadInput_ForgedPushAndReplacementRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner, actorNode := f.Node(0).ID(), f.Node(1)
+	owner, actorNode := f.Node(0).ID(), f.Node(1).Mesh()
 	send := func(rec *wire.Record) {
 		frames, err := wire.Encode(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		from := actorNode.ID()
-		meshtest.SendEnvelope(actorNode, f.Node(0).RemoteAddr(), meshtest.RecordsActor, &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation,
+		meshtest.SendEnvelope(actorNode, f.Node(0).Mesh().RemoteAddr(), meshtest.RecordsActor, &meshpb.Envelope{FromRid: from.RID, FromGeneration: from.Generation,
 			ToRid: owner.RID, ToGeneration: owner.Generation, Frames: frames})
 	}
 	push := func(fence actor.RouteFence, gen uint64) *wire.Record {
@@ -106,13 +106,13 @@ func TestBadInput_ForgedRelayRejected(t *testing.T) {
 	env := &meshpb.Envelope{FromRid: forger.RID, FromGeneration: forger.Generation,
 		ToRid: target.RID, ToGeneration: target.Generation, Frames: frames}
 	// Addressed to the activation (as real relays are): judged against its binding.
-	meshtest.SendEnvelope(f.Node(2), f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), env)
+	meshtest.SendEnvelope(f.Node(2).Mesh(), f.Node(1).Mesh().RemoteAddr(), actor.ActivationName(fence.Ref), env)
 	eventually(t, "forged relay dropped by the Actor owner", func() bool {
 		_, r, _, _ := f.Binder(1).Drops()
 		return r == 1
 	})
 	// Addressed to the node's record receiver: dropped there too.
-	meshtest.SendEnvelope(f.Node(2), f.Node(1).RemoteAddr(), meshtest.RecordsActor, env)
+	meshtest.SendEnvelope(f.Node(2).Mesh(), f.Node(1).Mesh().RemoteAddr(), meshtest.RecordsActor, env)
 	var out echoReply
 	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {
 		t.Fatal(err)

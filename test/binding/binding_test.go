@@ -460,7 +460,7 @@ func TestTombstone_LateNeverRemovesNewerBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	from, to := f.Node(0).ID(), f.Node(1).ID()
-	meshtest.SendEnvelope(f.Node(0), f.Node(1).RemoteAddr(), actor.ActivationName(fence.Ref), &meshpb.Envelope{
+	meshtest.SendEnvelope(f.Node(0).Mesh(), f.Node(1).Mesh().RemoteAddr(), actor.ActivationName(fence.Ref), &meshpb.Envelope{
 		FromRid: from.RID, FromGeneration: from.Generation, ToRid: to.RID, ToGeneration: to.Generation, Frames: frames})
 	if err := f.Actors(0).Send(context.Background(), fence, actor.Message{Name: "marker"}); err != nil {
 		t.Fatal(err)

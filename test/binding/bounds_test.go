@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
+
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh/meshtest"
-	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
@@ -23,7 +24,7 @@ func TestBounds_RelayedRequestsStopPulling(t *testing.T) {
 	const max, pending = 8, 2
 	f := fleet.Start(t, 2, fleet.Options{
 		Binding: binding.Options{MaxRelayedRequests: max},
-		Socket:  session.SocketOptions{MaxPendingPackets: pending},
+		Config:  func(cfg *meshnode.Config) { cfg.Socket.MaxPendingPackets = pending },
 	})
 	id := f.IDOn(t, "probe", 1, "held-")
 	c := f.Connect(t, 0)
@@ -78,7 +79,7 @@ func TestBounds_RelayWindowSlowsTheClientInsteadOfDropping(t *testing.T) {
 	const window, mailbox, sends = 32, 64, 2000
 	f := fleet.Start(t, 2, fleet.Options{
 		Binding: binding.Options{RelayWindow: window},
-		Actor:   actor.HostOptions{MaxMailbox: mailbox},
+		Config:  func(cfg *meshnode.Config) { cfg.MaxMailbox = mailbox },
 	})
 	id := f.IDOn(t, "probe", 1, "slow-")
 	c := f.Connect(t, 0)
@@ -226,7 +227,7 @@ func TestBounds_MaxBindingsPerSession(t *testing.T) {
 // collected Actor comes back, as a new activation, on the next bind.
 func TestIdleCollection_UnboundSilentActorsAreDeactivated(t *testing.T) {
 	const idle = 200 * time.Millisecond
-	f := fleet.Start(t, 1, fleet.Options{Actor: actor.HostOptions{IdleTimeout: idle}})
+	f := fleet.Start(t, 1, fleet.Options{Config: func(cfg *meshnode.Config) { cfg.ActorIdleTimeout = idle }})
 	c := f.Connect(t, 0)
 	first := mustBind(t, c, "kept", "probe")
 	mustBind(t, c, "dropped", "probe")

@@ -105,7 +105,7 @@ func TestThreeProcessesKillRestartStaleRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer meshtest.Kill(peer)
+	defer meshtest.KillMesh(peer)
 	proc.Eventually(t, "peer sees node-2's new lifecycle", func() bool {
 		return peer.Membership().IsLive(mesh.NodeID{RID: "node-2", Generation: after.Generation})
 	})

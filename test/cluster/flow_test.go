@@ -24,7 +24,7 @@ func TestPeerWindow_FullPeerFailsSendsWithErrBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer meshtest.Kill(n)
+	defer meshtest.KillMesh(n)
 	var to mesh.NodeID
 	proc.Eventually(t, "the probe node sees b", func() bool {
 		m, ok := n.Membership().Member("b")

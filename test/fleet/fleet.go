@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/examples/sampleapp"
-	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
@@ -31,12 +31,11 @@ type Options struct {
 	NoTap bool
 	// Session overrides the session type (default: the sample session).
 	Session func(b *binding.Binder) session.SessionType
-	// Actor, Binding, Stream and Socket configure every node's Actor host, binder,
-	// STREAM host and stream node (zero values: the defaults).
-	Actor   actor.HostOptions
+	// Binding configures every node's binder (zero value: the defaults).
 	Binding binding.Options
-	Stream  session.HostOptions
-	Socket  session.SocketOptions
+	// Config adjusts every node's configuration after the fleet set its kinds, STREAM
+	// endpoint and session (bounds, timeouts).
+	Config func(cfg *meshnode.Config)
 	// Mesh is handed to meshtest (timing, flow-control window).
 	Mesh meshtest.Options
 }
@@ -177,55 +176,38 @@ func (p *probe) Receive(ctx *actor.Context) {
 	}
 }
 
-// Fleet is an in-process mesh whose nodes each run an Actor host, a binder and a
-// STREAM host serving the sample session. Ev records what probe Actors saw.
+// Fleet is an in-process mesh whose nodes each run an Actor host (kinds room and
+// probe), a binder and a STREAM host serving the sample session. Ev records what probe
+// Actors saw.
 type Fleet struct {
 	*meshtest.Cluster
-	mu      sync.Mutex
-	binders map[int]*binding.Binder
-	hosts   map[int]*session.Host
-	actors  map[int]*actor.Host
-	Ev      *Events
+	Ev *Events
 }
 
-// Start starts n nodes; each runs an Actor host (kinds room and probe), a binder and
-// a STREAM host serving the sample session on tcp://127.0.0.1:0.
+// Start starts n nodes with meshnode.Start; each hosts the sample kinds and "probe",
+// and serves the sample session (or opts.Session) on tcp://127.0.0.1:0.
 func Start(t testing.TB, n int, opts Options) *Fleet {
 	t.Helper()
-	f := &Fleet{binders: map[int]*binding.Binder{}, hosts: map[int]*session.Host{}, actors: map[int]*actor.Host{}, Ev: &Events{}}
+	f := &Fleet{Ev: &Events{}}
 	mo := opts.Mesh
 	mo.NoTap = opts.NoTap
-	mo.OnStart = func(i int, node *mesh.Node) func() {
-		ah, err := actor.NewHost(node, opts.Actor)
-		if err != nil {
-			t.Fatal(err)
+	outer := mo.Config
+	mo.Config = func(i int, cfg *meshnode.Config) {
+		if outer != nil {
+			outer(i, cfg)
 		}
-		b := binding.New(node, ah, opts.Binding)
-		for _, k := range sampleapp.Kinds() {
-			if err := ah.Register(k); err != nil {
-				t.Fatal(err)
+		cfg.Kinds = append(sampleapp.Kinds(), actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{ev: f.Ev} }})
+		cfg.Streams = []string{"tcp://127.0.0.1:0"}
+		cfg.StreamName = "gw"
+		cfg.Binding = opts.Binding
+		cfg.Session = func(node *meshnode.Node) session.SessionType {
+			if opts.Session != nil {
+				return opts.Session(node.Binder())
 			}
+			return sampleapp.Type(node.Binder())
 		}
-		if err := ah.Register(actor.Kind{Name: "probe", New: func() actor.Actor { return &probe{ev: f.Ev} }}); err != nil {
-			t.Fatal(err)
-		}
-		so := opts.Stream
-		sh := session.NewHost(so)
-		st := sampleapp.Type(b)
-		if opts.Session != nil {
-			st = opts.Session(b)
-		}
-		sh.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Socket(opts.Socket).Session(st)
-		if err := sh.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		f.mu.Lock()
-		f.binders[i], f.hosts[i], f.actors[i] = b, sh, ah
-		f.mu.Unlock()
-		return func() {
-			_ = sh.Close()
-			b.Stop()
-			ah.Close()
+		if opts.Config != nil {
+			opts.Config(cfg)
 		}
 	}
 	f.Cluster = meshtest.Start(t, n, mo)
@@ -234,18 +216,10 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 }
 
 // Binder returns node i's binder.
-func (f *Fleet) Binder(i int) *binding.Binder {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.binders[i]
-}
+func (f *Fleet) Binder(i int) *binding.Binder { return f.Node(i).Binder() }
 
 // Actors returns node i's Actor host.
-func (f *Fleet) Actors(i int) *actor.Host {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.actors[i]
-}
+func (f *Fleet) Actors(i int) *actor.Host { return f.Node(i).Actors() }
 
 // Connect opens a client to node i's STREAM endpoint; it closes with the test.
 func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
@@ -258,9 +232,7 @@ func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
 // Dial opens a client to node i's STREAM endpoint; the caller closes it.
 func (f *Fleet) Dial(t testing.TB, i int) *connector.Connector {
 	t.Helper()
-	f.mu.Lock()
-	ep := f.hosts[i].Node("gw").Endpoints()[0]
-	f.mu.Unlock()
+	ep := f.Node(i).Endpoints()[0]
 	c, err := connector.New(ep, connector.Options{
 		Heartbeat: connector.HeartbeatOptions{Disabled: true},
 		Reconnect: connector.ReconnectPolicy{Disabled: true},
