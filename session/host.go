@@ -50,6 +50,12 @@ type HostOptions struct {
 	// strict accounting of zlink digest §9.3 (a permit returns only at its callback's
 	// start).
 	StallTimeout time.Duration
+	// NoInlineTurns sends every session turn to the worker pool. By default a packet's
+	// turn runs on the read loop goroutine that pulled it, when no other turn of that
+	// session is scheduled (it saves a goroutine hand-off per packet; turns stay
+	// serial either way). The switch exists to compare the two paths and to rule the
+	// fast one out when diagnosing.
+	NoInlineTurns bool
 }
 
 // Host is one process's STREAM runtime: its stream nodes, the host-wide permit pool

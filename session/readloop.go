@@ -76,7 +76,9 @@ func (c *conn) deliver(pkt *Packet) bool {
 	w := c.turn.Load() | turnBit
 	c.turn.Store(w)
 	c.rescue.Reset(rescueAfter)
-	c.inline.Store(true)
+	if !c.host.opts.NoInlineTurns {
+		c.inline.Store(true)
+	}
 	c.host.system.Root.Send(c.pid, pkt)
 	c.inline.Store(false)
 	if !c.turn.CompareAndSwap(w, w&^turnBit) {

@@ -152,7 +152,7 @@ func newConn(c *Connector, t *transport) *conn {
 		c:       c,
 		t:       t,
 		disp:    c.disp,
-		canLead: t.ws == nil,
+		canLead: t.ws == nil && !c.opts.NoCallerReads,
 		br:      bufio.NewReaderSize(t, readBufferSize),
 		pending: make(map[uint64]*call),
 		rowner:  readerBackground, // the read goroutine starts reading at once

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,10 +68,16 @@ func (r *recorder) nextError(t testing.TB) error {
 // quiet options: no heartbeat, no reconnect, so the server sees only what a test sends.
 func quiet() connector.Options {
 	return connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
+		Heartbeat:     connector.HeartbeatOptions{Disabled: true},
+		Reconnect:     connector.ReconnectPolicy{Disabled: true},
+		NoCallerReads: slowPaths(),
 	}
 }
+
+// slowPaths reports whether this run turns the caller-reads fast path off (make test
+// runs the contract suites a second time with MESHNODE_TEST_FAST_PATHS=off), so both
+// read paths meet the same contract. Tests of the fast path itself keep it on.
+func slowPaths() bool { return os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off" }
 
 // dial creates and connects a connector; Close runs before the server's cleanup.
 func dial(t testing.TB, endpoint string, opts connector.Options) *connector.Connector {

@@ -27,6 +27,7 @@ import (
 // since.
 func dialLeading(t *testing.T, fs *fakeServer, opts connector.Options) (c *connector.Connector, sc *serverConn, leads func() uint64) {
 	t.Helper()
+	opts.NoCallerReads = false // these tests are of the fast path
 	c, err := connector.New(fs.endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +295,9 @@ func TestWebSocketRequestsNeverLead(t *testing.T) {
 // token: leaders, followers, the read goroutine taking over and giving back.
 func TestConcurrentRequestsWithLeaders(t *testing.T) {
 	fs := newTCPServer(t, withOnFrame(echo))
-	c, err := connector.New(fs.endpoint, quiet())
+	opts := quiet()
+	opts.NoCallerReads = false // a test of the fast path
+	c, err := connector.New(fs.endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,5 +539,34 @@ func TestRequestIDsOnTheWire(t *testing.T) {
 		if err := result(t, done); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// With NoCallerReads no request reads its own reply on TCP either: the read goroutine
+// reads every frame, and requests still get their replies.
+func TestNoCallerReadsNeverLeads(t *testing.T) {
+	fs := newTCPServer(t, withOnFrame(echo))
+	opts := quiet()
+	opts.NoCallerReads = true
+	c, err := connector.New(fs.endpoint, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connector.SetReaderGrace(c, time.Hour)
+	defer c.Close()
+	if err := c.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		var out msg
+		err := c.Request(ctx, "echo", msg{N: i}, &out)
+		cancel()
+		if err != nil || out.N != i {
+			t.Fatalf("request %d: %v %+v", i, err, out)
+		}
+	}
+	if n := connector.Leads(c); n != 0 {
+		t.Fatalf("%d requests led with NoCallerReads", n)
 	}
 }

@@ -102,6 +102,13 @@ type Options struct {
 	// net.Dialer.
 	Dialer *net.Dialer
 
+	// NoCallerReads makes the read goroutine read every frame. By default, on tcp://
+	// and tls://, a request that finds no one reading reads the socket itself until its
+	// reply arrives (it saves a goroutine hand-off per reply); ws:// never does. The
+	// switch exists to compare the two paths and to rule the fast one out when
+	// diagnosing.
+	NoCallerReads bool
+
 	// Logger receives debug and warning records; nil discards them.
 	Logger *slog.Logger
 

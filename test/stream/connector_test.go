@@ -98,6 +98,7 @@ func (a *authApp) waitPacket(t testing.TB, name string) *session.Packet {
 
 func newConnector(t testing.TB, endpoint string, opts connector.Options) *connector.Connector {
 	t.Helper()
+	opts.NoCallerReads = opts.NoCallerReads || slowPaths()
 	c, err := connector.New(endpoint, opts)
 	mustNotErr(t, err, "connector.New")
 	t.Cleanup(func() { _ = c.Close() })

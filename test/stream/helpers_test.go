@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,7 +288,7 @@ func startHost(t testing.TB, rec *recorder, opts session.HostOptions, configure 
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
-	h := session.NewHost(opts)
+	h := newHost(opts)
 	b := h.AddStreamNode("gw").Session(recType(rec))
 	if configure != nil {
 		configure(b)
@@ -578,4 +579,16 @@ func certPool(t testing.TB, pemCerts []byte) *x509.CertPool {
 		t.Fatal("no certificate in PEM")
 	}
 	return pool
+}
+
+// slowPaths reports whether this run turns the fast paths off (make test runs the
+// contract suites a second time with MESHNODE_TEST_FAST_PATHS=off): every session turn
+// then goes through the worker pool and every reply through the connector's read
+// goroutine, so both paths meet the same contract.
+func slowPaths() bool { return os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off" }
+
+// newHost is session.NewHost with this run's fast-path switch.
+func newHost(opts session.HostOptions) *session.Host {
+	opts.NoInlineTurns = opts.NoInlineTurns || slowPaths()
+	return session.NewHost(opts)
 }

@@ -14,7 +14,7 @@ import (
 func startMux(t *testing.T, mux *session.Mux) *testHost {
 	t.Helper()
 	mp, reader := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	h.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(mux.Type())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
@@ -29,7 +29,9 @@ func TestMux_RoutesAndErrorCodes(t *testing.T) {
 	sent := make(chan string, 4)
 	mux := session.NewMux("router").
 		Request("echo", func(_ context.Context, p *session.Packet) error { return p.Reply(p.Codec, p.Payload) }).
-		Send("echo", func(ctx context.Context, p *session.Packet) error { return p.Peer.Send(ctx, "echoed", p.Codec, p.Payload) }).
+		Send("echo", func(ctx context.Context, p *session.Packet) error {
+			return p.Peer.Send(ctx, "echoed", p.Codec, p.Payload)
+		}).
 		Request("busy", func(context.Context, *session.Packet) error {
 			return fault.Errorf(fault.CapacityExceeded, "too busy")
 		}).
@@ -91,7 +93,7 @@ func TestMux_DuplicateRouteFailsStartup(t *testing.T) {
 		session.NewMux("dup").Send("x", h).Send("x", h),
 		session.NewMux("dup").Prefix("p.", h).Prefix("p.", h),
 	} {
-		host := session.NewHost(session.HostOptions{Logger: quietLogger()})
+		host := newHost(session.HostOptions{Logger: quietLogger()})
 		host.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(mux.Type())
 		err := host.Start(context.Background())
 		_ = host.Close()
@@ -101,7 +103,7 @@ func TestMux_DuplicateRouteFailsStartup(t *testing.T) {
 	}
 	// The same name as a Request and as a Send are two dispatch keys.
 	ok := session.NewMux("ok").Request("x", h).Send("x", h)
-	host := session.NewHost(session.HostOptions{Logger: quietLogger()})
+	host := newHost(session.HostOptions{Logger: quietLogger()})
 	host.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(ok.Type())
 	if err := host.Start(context.Background()); err != nil {
 		t.Errorf("Request x and Send x: %v", err)

@@ -397,7 +397,7 @@ func TestSeed10_RoutingIDEqualsPeerIdentity(t *testing.T) {
 func TestSeed10_TwoSessionTypesOnOneNodeFailsStartup(t *testing.T) {
 	rec := newRecorder()
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	t.Cleanup(func() { _ = h.Close() })
 	h.AddStreamNode("gw").Bind(tcp0).Session(recType(rec)).Session(otherType(rec))
 	before := socketFDs(t)

@@ -64,7 +64,7 @@ func startupFails(t *testing.T, want error, badNode string, build func(h *sessio
 	t.Helper()
 	rec := newRecorder()
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	t.Cleanup(func() { _ = h.Close() })
 	h.AddStreamNode("ok").Bind(tcp0).Bind(ws0).Session(recType(rec))
 	build(h, rec)
@@ -215,7 +215,7 @@ func TestStartup_ListenFailureBindsNothing(t *testing.T) {
 	defer busy.Close()
 	rec := newRecorder()
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	t.Cleanup(func() { _ = h.Close() })
 	h.AddStreamNode("a").Bind(tcp0).Bind(ws0).Session(recType(rec))
 	h.AddStreamNode("b").Bind("tcp://" + busy.Addr().String()).Session(otherType(rec))
@@ -241,7 +241,7 @@ func TestStartup_ListenFailureLeavesNothingRunning(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rec := newRecorder()
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	h.AddStreamNode("b").Bind("tcp://" + busy.Addr().String()).Session(otherType(rec))
 	if err := h.Start(context.Background()); err == nil {
 		_ = h.Close()
@@ -263,7 +263,7 @@ func TestStartup_StartTwiceFails(t *testing.T) {
 
 func TestStartup_JobQueueLimitOutOfRange(t *testing.T) {
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MaxQueuedApplicationJobs: -1, MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MaxQueuedApplicationJobs: -1, MeterProvider: mp, Logger: quietLogger()})
 	t.Cleanup(func() { _ = h.Close() })
 	h.AddStreamNode("gw").Bind(tcp0).Session(recType(newRecorder()))
 	before := socketFDs(t)
@@ -307,7 +307,7 @@ func tlsFiles(t testing.TB) (ca, cert, key string) {
 // The socket count the startup tests rely on does see a successful bind.
 func TestStartup_SocketCountSeesBinds(t *testing.T) {
 	mp, _ := newMeter(t)
-	h := session.NewHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
+	h := newHost(session.HostOptions{MeterProvider: mp, Logger: quietLogger()})
 	t.Cleanup(func() { _ = h.Close() })
 	h.AddStreamNode("gw").Bind(tcp0).Bind(ws0).Session(recType(newRecorder()))
 	before := socketFDs(t)
