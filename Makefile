@@ -5,7 +5,11 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: run test bench abuse fuzz lint build cluster proto
+# A pipe fails when any command in it fails (go test | tee must not hide a failure).
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+
+.PHONY: run test bench bench-once abuse fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
@@ -23,17 +27,26 @@ proto:
 build:
 	$(GO) build -o bin/meshnode ./cmd/meshnode
 
-## test: vet and the whole suite with the race detector; the short abuse suite runs
+## test: vet, the whole suite with the race detector, the contract suites again with
+## the fast paths off, every benchmark once (so none rots); the short abuse suite runs
 ## last, alone, since it measures latencies against real processes
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /test/abuse)
+	MESHNODE_TEST_FAST_PATHS=off $(GO) test -race -count=1 -timeout 10m ./session/connector ./test/stream
+	$(MAKE) --no-print-directory bench-once
 	$(GO) test -race -count=1 -timeout 10m ./test/abuse
 
-## bench: the benchmarks, with their baselines in the same run, then the ratio report
+## bench: the benchmarks, with their baselines in the same run, then the ratio report;
+## fails when a benchmark fails or a ratio goal is missed
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./session/... ./mesh/... ./actor/... ./test/... | tee bench.out
 	$(GO) run ./test/benchreport < bench.out
+
+## bench-once: every benchmark for one iteration: they build, run and finish
+bench-once:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $$($(GO) list $(PKGS) | grep -v /internal/protoactor) > bench-once.out 2>&1 || (cat bench-once.out; exit 1)
+	@grep -c '^Benchmark' bench-once.out | sed 's/$$/ benchmarks ran once/'
 
 ## abuse: the load-and-abuse suite in full (hostile clients against real meshnode
 ## processes, a few minutes); prints each scenario's figures. `make test` runs its

@@ -7,7 +7,9 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -133,6 +135,9 @@ func BenchmarkMiniEchoRawClient(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		if i&1023 == 0 { // a lost reply fails the read instead of hanging it
+			_ = nc.SetDeadline(time.Now().Add(benchWait))
+		}
 		if _, err := nc.Write(req); err != nil {
 			b.Fatal(err)
 		}
@@ -197,21 +202,15 @@ func BenchmarkMiniPipelinedSend(b *testing.B) {
 	sends := make(chan struct{}, 1<<16)
 	c := benchDial(b, startMiniEcho(b, sends))
 	ctx := context.Background()
-	done := make(chan struct{})
+	done := countSends(b, sends, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	go func() {
-		for i := 0; i < b.N; i++ {
-			<-sends
-		}
-		close(done)
-	}()
 	for i := 0; i < b.N; i++ {
 		if err := c.SendRaw(ctx, "tick", wire.CodecJSON, benchPayload); err != nil {
 			b.Fatal(err)
 		}
 	}
-	<-done
+	testkit.Await(b, done, benchWait, "the server to read every Send")
 }
 
 // BenchmarkMiniPipelinedSendParallel is SendRaw from several goroutines at once, where
@@ -220,16 +219,10 @@ func BenchmarkMiniPipelinedSendParallel(b *testing.B) {
 	sends := make(chan struct{}, 1<<16)
 	c := benchDial(b, startMiniEcho(b, sends))
 	ctx := context.Background()
-	done := make(chan struct{})
+	done := countSends(b, sends, b.N)
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.ResetTimer()
-	go func() {
-		for i := 0; i < b.N; i++ {
-			<-sends
-		}
-		close(done)
-	}()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if err := c.SendRaw(ctx, "tick", wire.CodecJSON, benchPayload); err != nil {
@@ -238,5 +231,26 @@ func BenchmarkMiniPipelinedSendParallel(b *testing.B) {
 			}
 		}
 	})
-	<-done
+	testkit.Await(b, done, benchWait, "the server to read every Send")
+}
+
+// benchWait bounds every wait of a benchmark for something already under way.
+const benchWait = 30 * time.Second
+
+// countSends returns a channel closed once n sends were reported; its goroutine ends
+// with the benchmark even when some never arrive.
+func countSends(b *testing.B, sends <-chan struct{}, n int) <-chan struct{} {
+	done, stop := make(chan struct{}), make(chan struct{})
+	b.Cleanup(func() { close(stop) })
+	go func() {
+		for i := 0; i < n; i++ {
+			select {
+			case <-sends:
+			case <-stop:
+				return
+			}
+		}
+		close(done)
+	}()
+	return done
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/testkit"
 
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/session/connector"
@@ -20,7 +20,7 @@ import (
 // the same two nodes, one caller.
 func BenchmarkRawRemoteRequest(b *testing.B) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
-	pid, err := nodert.SystemOf(f.Node(1)).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
 			ctx.Respond(m)
 		}
@@ -29,12 +29,12 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 		b.Fatal(err)
 	}
 	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(f.Node(0)).Root
+	root := nodert.SystemOf(f.Node(0).Mesh()).Root
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := root.RequestFuture(target, msg, 5*time.Second).Result(); err != nil {
+		if _, err := root.RequestFuture(target, msg, benchWait).Result(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -87,9 +87,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for f.Ev.Ticks()-start < int64(b.N) {
-		runtime.Gosched()
-	}
+	testkit.SpinUntil(b, benchWait, "the Actor to receive every relayed Send", func() bool { return f.Ev.Ticks()-start >= int64(b.N) })
 }
 
 // BenchmarkBindUnbind10kSessions binds and unbinds 10,000 sessions (100 at a time) to
@@ -109,10 +107,7 @@ func BenchmarkBindUnbind10kSessions(b *testing.B) {
 		bindUnbind(b, f, ids, 100)
 	}
 	b.StopTimer()
-	deadline := time.Now().Add(fleet.Wait)
-	for f.Binder(0).Stats().Sessions != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Within(fleet.Wait, func() bool { return f.Binder(0).Stats().Sessions == 0 })
 	if st := f.Binder(0).Stats(); st.Sessions != 0 || st.Bindings != 0 || st.Pending != 0 {
 		b.Fatalf("binding state left after unbinding: %+v", st)
 	}

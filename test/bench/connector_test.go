@@ -7,23 +7,28 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
 func dialConnector(tb testing.TB, addr string) *connector.Connector {
+	return dialConnectorWith(tb, addr, connector.Options{})
+}
+
+// dialConnectorWith dials with opts (heartbeats and reconnects off).
+func dialConnectorWith(tb testing.TB, addr string, opts connector.Options) *connector.Connector {
 	tb.Helper()
-	c, err := connector.New("tcp://"+addr, connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
-	})
+	opts.Heartbeat = connector.HeartbeatOptions{Disabled: true}
+	opts.Reconnect = connector.ReconnectPolicy{Disabled: true}
+	opts.RequestTimeout = benchWait // a lost reply fails the benchmark, never hangs it
+	c, err := connector.New("tcp://"+addr, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), benchWait)
 	defer cancel()
 	if err := c.Connect(ctx); err != nil {
 		tb.Fatal(err)
@@ -35,7 +40,25 @@ func dialConnector(tb testing.TB, addr string) *connector.Connector {
 func BenchmarkConnectorEcho(b *testing.B) {
 	addr, stop := startMeshnode(b)
 	defer stop()
-	c := dialConnector(b, addr)
+	connectorEcho(b, dialConnector(b, addr))
+}
+
+// BenchmarkConnectorEchoNoCallerReads is (b) with every reply read by the connector's
+// read goroutine: what the caller-reads fast path earns.
+func BenchmarkConnectorEchoNoCallerReads(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	connectorEcho(b, dialConnectorWith(b, addr, connector.Options{NoCallerReads: true}))
+}
+
+// BenchmarkConnectorEchoNoFastPaths is (b) with both fast paths off.
+func BenchmarkConnectorEchoNoFastPaths(b *testing.B) {
+	addr, stop := startMeshnodeWith(b, session.HostOptions{NoInlineTurns: true})
+	defer stop()
+	connectorEcho(b, dialConnectorWith(b, addr, connector.Options{NoCallerReads: true}))
+}
+
+func connectorEcho(b *testing.B, c *connector.Connector) {
 	defer c.Close()
 	ctx := context.Background()
 	b.SetBytes(int64(len(echoPayload)))
@@ -163,7 +186,7 @@ func BenchmarkRawTCPPipelined(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close() // ends the server's read of a lost frame, too
 	defer close(target)
 	frame := sendFrame(b)
 	bw := bufio.NewWriterSize(c, 64<<10)
@@ -179,7 +202,7 @@ func BenchmarkRawTCPPipelined(b *testing.B) {
 	if err := bw.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	<-counted
+	testkit.Await(b, counted, benchWait, "the raw server to count every frame")
 }
 
 // BenchmarkServerPipelinedRawClient: the same pipelined frames into a meshnode session
@@ -207,7 +230,7 @@ func BenchmarkServerPipelinedRawClient(b *testing.B) {
 	if err := bw.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	<-cnt.done
+	testkit.Await(b, cnt.done, benchWait, "the session to count every Send")
 }
 
 // BenchmarkConnectorPipelinedSend is (d): one-way Sends through the connector, as fast
@@ -228,5 +251,5 @@ func BenchmarkConnectorPipelinedSend(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	<-cnt.done
+	testkit.Await(b, cnt.done, benchWait, "the session to count every Send")
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/testkit"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh"
@@ -55,7 +55,7 @@ func BenchmarkRawRemoteSendRecordSized(b *testing.B) {
 func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true})
 	cnt := &countTo{}
-	pid, err := nodert.SystemOf(c.Node(1)).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+	pid, err := nodert.SystemOf(c.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
 			cnt.hit()
 		}
@@ -64,14 +64,14 @@ func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 		b.Fatal(err)
 	}
 	target := proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(c.Node(0)).Root
+	root := nodert.SystemOf(c.Node(0).Mesh()).Root
 	cnt.arm(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		root.Send(target, msg)
 	}
-	<-cnt.done
+	testkit.Await(b, cnt.done, benchWait, "every message to arrive")
 }
 
 type countingActor struct{ c *countTo }
@@ -104,7 +104,7 @@ func BenchmarkActorSendCrossNode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	<-cnt.done
+	testkit.Await(b, cnt.done, benchWait, "every message to arrive")
 }
 
 // convergence starts n in-process nodes with the given timing and reports the seconds
@@ -170,7 +170,7 @@ func failureDetection(b *testing.B, c *meshtest.Cluster) {
 		case d := <-failed:
 			worst = max(worst, d)
 		case <-time.After(60 * time.Second):
-			b.Fatal(fmt.Errorf("failure not detected"))
+			b.Fatal("a survivor never marked the killed node failed within 60 s")
 		}
 	}
 	b.ReportMetric(worst.Seconds(), "s/detect")

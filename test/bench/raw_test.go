@@ -9,11 +9,24 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
 )
+
+// benchWait bounds every wait of a benchmark for something already under way (a
+// reply, the tail of its sends): a lost message fails the benchmark, never hangs it.
+const benchWait = 30 * time.Second
+
+// keepDeadline pushes c's deadline benchWait ahead every 1024 operations (cheap: a
+// timer update, not a syscall), so a read that waits for a lost reply fails.
+func keepDeadline(c net.Conn, op int) {
+	if op&1023 == 0 {
+		_ = c.SetDeadline(time.Now().Add(benchWait))
+	}
+}
 
 // echoPayload makes the echo request frame 68 bytes, the size of the field notes' floor.
 var echoPayload = []byte(`{"msg":"hello mesh","n":12345678}`)
@@ -110,8 +123,13 @@ func startRawEcho(tb testing.TB) (addr string, stop func()) {
 
 // startMeshnode starts a session host serving the sample echo session on tcp.
 func startMeshnode(tb testing.TB) (addr string, stop func()) {
+	return startMeshnodeWith(tb, session.HostOptions{})
+}
+
+// startMeshnodeWith is startMeshnode with host options (the fast-path switches).
+func startMeshnodeWith(tb testing.TB, opts session.HostOptions) (addr string, stop func()) {
 	tb.Helper()
-	h := session.NewHost(session.HostOptions{})
+	h := session.NewHost(opts)
 	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil))
 	if err := h.Start(context.Background()); err != nil {
 		tb.Fatal(err)
@@ -134,6 +152,7 @@ func pingPong(b *testing.B, addr string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		keepDeadline(c, i)
 		if _, err := c.Write(req); err != nil {
 			b.Fatal(err)
 		}
@@ -158,6 +177,14 @@ func BenchmarkRawTCPPingPong(b *testing.B) {
 // client that allocates nothing, so allocs/op are the server's allocations.
 func BenchmarkServerEchoRawClient(b *testing.B) {
 	addr, stop := startMeshnode(b)
+	defer stop()
+	pingPong(b, addr)
+}
+
+// BenchmarkServerEchoRawClientNoInlineTurns is the same with every session turn sent
+// to the worker pool: what the inline turn on the read loop earns.
+func BenchmarkServerEchoRawClientNoInlineTurns(b *testing.B) {
+	addr, stop := startMeshnodeWith(b, session.HostOptions{NoInlineTurns: true})
 	defer stop()
 	pingPong(b, addr)
 }
@@ -193,6 +220,7 @@ func parallelPingPong(b *testing.B, addr string, conns int) {
 			buf := make([]byte, 0, 256)
 			var err error
 			for j := 0; j < n; j++ {
+				keepDeadline(c, j)
 				if _, err = c.Write(req); err != nil {
 					errs <- err
 					return
