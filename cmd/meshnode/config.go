@@ -48,6 +48,9 @@ type serveConfig struct {
 	maxBindingsPerSession int
 	maxRelayedRequests    int
 	relayTimeout          time.Duration
+
+	// wsOrigins lists the browser origins that may open ws:// and wss:// sessions.
+	wsOrigins []string
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -95,9 +98,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&cfg.maxBindingsPerSession, "max-bindings-per-session", binding.DefaultMaxBindingsPerSession, "Actors one session may be bound to at once")
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
+	var wsOrigins listFlag
+	fs.Var(&wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, errUsage
 	}
+	cfg.wsOrigins = wsOrigins
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -219,6 +225,7 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 		nc.MaxMessageSize = -1 // the flag's 0 means no cap
 	}
 	nc.IdleTimeout = c.idleTimeout
+	nc.WebSocketOrigins = c.wsOrigins
 	nc.Socket.FrameTimeout = c.frameTimeout
 	nc.MaxConnections = c.maxConnections
 	nc.ActorIdleTimeout = c.actorIdleTimeout

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/coder/websocket"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -220,5 +221,34 @@ func TestBinaryBadFlagsNameTheFlag(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--stream", "udp://127.0.0.1:0", "--admin", ""}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "udp://") {
 		t.Errorf("bad scheme: %v", err)
+	}
+}
+
+// --ws-origin restricts the browser origins of ws:// sessions: a page from another
+// origin is refused at the handshake, a listed one is served.
+func TestBinaryWebSocketOriginFlag(t *testing.T) {
+	addrs, stop := startBinary(t, "--stream", "ws://127.0.0.1:0/", "--admin", "", "--mesh", "127.0.0.1:0",
+		"--remote", "127.0.0.1:0", "--node-id", "solo", "--ws-origin", "app.example.com")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	dial := func(origin string) (*http.Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h := http.Header{}
+		h.Set("Origin", origin)
+		c, resp, err := websocket.Dial(ctx, addrs["ws"], &websocket.DialOptions{HTTPHeader: h})
+		if err == nil {
+			_ = c.CloseNow()
+		}
+		return resp, err
+	}
+	if resp, err := dial("https://evil.example.net"); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("another origin: %v %v, want HTTP 403", resp, err)
+	}
+	if _, err := dial("https://app.example.com"); err != nil {
+		t.Errorf("the listed origin: %v", err)
 	}
 }
