@@ -138,7 +138,7 @@ func (h *Host) encode(v any) (*Message, error) {
 	}
 	mt, ok := h.messages.typeOf(v)
 	if !ok {
-		return nil, fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (HostOptions.Messages)", v)
+		return nil, fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (register it with actor.MessageOf in meshnode.Config.Messages)", v)
 	}
 	c, err := h.codecs.Lookup(mt.codec)
 	if err != nil {

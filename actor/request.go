@@ -193,7 +193,7 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 		if _, raw := msg.(*Message); !raw {
 			if _, raw := msg.(Message); !raw && msg != nil {
 				if _, ok := h.messages.typeOf(msg); !ok {
-					return fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (HostOptions.Messages)", msg)
+					return fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (register it with actor.MessageOf in meshnode.Config.Messages)", msg)
 				}
 				msg = normalize(msg)
 			}

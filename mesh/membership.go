@@ -94,6 +94,8 @@ type membership struct {
 
 	joined   chan struct{}
 	joinOnce sync.Once
+	selfLive chan struct{} // closed once this node's own join is applied
+	selfOnce sync.Once
 }
 
 type rawKind int
@@ -110,7 +112,8 @@ type rawEvent struct {
 }
 
 func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
-	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{})}
+	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{}),
+		selfLive: make(chan struct{})}
 	m.qcond = sync.NewCond(&m.qmu)
 	m.table.Store(&memberTable{byRID: map[string]Member{}})
 	go m.run()
@@ -243,6 +246,9 @@ func (m *membership) apply(ev rawEvent) {
 	for _, e := range events {
 		if e.Member.ID.RID != m.self.RID && e.Type == EventJoined {
 			m.joinOnce.Do(func() { close(m.joined) })
+		}
+		if e.Member.ID == m.self && e.Type == EventJoined {
+			m.selfOnce.Do(func() { close(m.selfLive) })
 		}
 		m.log.Info("mesh: member "+e.Type.String(), "rid", e.Member.ID.RID, "generation", e.Member.ID.Generation, "addr", e.Member.MeshAddr)
 		m.emit(e)

@@ -229,6 +229,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: memberlist: %w", err)
 	}
 	n.members.list = list
+	// memberlist announced this node to itself inside Create; once the membership
+	// goroutine applied it, this node is live in its own view, so placement and
+	// look-ups work as soon as Start returns.
+	select {
+	case <-n.members.selfLive:
+	case <-ctx.Done():
+		n.finish()
+		return nil, fmt.Errorf("mesh: start: %w", ctx.Err())
+	}
 	if len(cfg.Join) > 0 {
 		if c, err := list.Join(cfg.Join); err != nil || c == 0 {
 			if err == nil {

@@ -46,7 +46,9 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("stream node %q: %v", e.Node, e.Err)
 }
 
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Unwrap gives the cause and the kind (fault.Of finds NotConfigured unless the cause
+// has a kind of its own).
+func (e *ConfigError) Unwrap() []error { return []error{e.Err, fault.NotConfigured} }
 
 // Is makes every ConfigError match ErrConfiguration (and so fault.NotConfigured).
 func (e *ConfigError) Is(target error) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/meshnode/meshnode/fault"
 )
 
 // StreamNode is a started stream node: its listeners and the sessions they accept.
@@ -76,7 +76,7 @@ func (n *StreamNode) listen(ctx context.Context, eps []endpoint) error {
 		addr := net.JoinHostPort(ep.host, strconv.Itoa(ep.port))
 		ln, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("stream node %q: listen %s://%s: %w", n.cfg.name, ep.scheme, addr, err)
+			return fault.Errorf(fault.Unavailable, "stream node %q: listen %s://%s: %w", n.cfg.name, ep.scheme, addr, err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		adv := n.cfg.advertiseHost
