@@ -1,8 +1,3 @@
-// Package actor hosts application Actors on a mesh node: Actor kinds, activations (one
-// protoactor actor each, whose mailbox serialises the Actor's turns), ActorRefs and
-// route fences, the directory that says where an ActorId lives (activating it on
-// demand where placement puts it), and Actor-to-Actor messages across nodes carried by
-// service-wire record 24.
 package actor
 
 import (

@@ -1,14 +1,3 @@
-// Package binding is the session <-> Actor binding protocol (zlink-digest §7), both
-// roles. On the session owner node a STREAM session binds Actors that may live on any
-// node (record 38, answered by 20), relays its packets to them (24 with the
-// bound-session tail), receives their pushes and replies (36), is replaced when another
-// session binds the same Actor (51), and leaves a tombstone (38, state 2) for every
-// binding when it goes. On the Actor owner node each activation keeps exactly one
-// current binding, registered in the Actor's own turn before the bind is answered.
-//
-// The physical socket never leaves the session owner node; only these records cross.
-// Same-node bindings follow the same rules: the records are delivered in-process and
-// never reach the record tap.
 package binding
 
 import (

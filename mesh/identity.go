@@ -1,7 +1,3 @@
-// Package mesh joins meshnode processes into one mesh: node identity (RID and lifecycle
-// generation), membership by gossip (hashicorp/memberlist), and the transport of
-// numbered service-wire records (mesh/wire) between nodes over protoactor-go remote,
-// validated before anything dispatches them.
 package mesh
 
 import (

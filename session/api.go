@@ -1,8 +1,3 @@
-// Package session is the STREAM server: stream nodes registered on a Host accept
-// header-framed packet connections over tcp://, tls://, ws:// and wss:// (the zlink
-// Stream Connector wire, see session/wire), own each connection as one session-owner
-// actor (protoactor-go), pull a packet only while holding a host-wide permit, and run
-// the application's Session callbacks serially per connection.
 package session
 
 import (

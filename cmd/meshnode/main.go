@@ -1,9 +1,3 @@
-// Command meshnode runs one meshnode process: STREAM listeners serving the sample
-// session, and an admin HTTP address with /metrics, /healthz and /readyz.
-//
-//	meshnode [flags]            serve (see -h)
-//	meshnode members --admin A  print the mesh members seen by the node at admin address A
-//	meshnode version            print the version
 package main
 
 import (

@@ -1,5 +1,3 @@
-// Package logfloor wraps a slog.Handler so records below a level are dropped: the
-// dependencies we embed (protoactor-go, memberlist) narrate their life at Info.
 package logfloor
 
 import (

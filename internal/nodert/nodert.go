@@ -1,8 +1,3 @@
-// Package nodert hands a mesh node's protoactor runtime to the meshnode packages that
-// build on the node (Actor hosting, the test kit) without exposing it: no exported
-// identifier of meshnode's public packages has a protoactor type, so protoactor can be
-// upgraded or replaced without breaking users. Package mesh sets the hooks in its init;
-// the node is passed as `any` because this package cannot import mesh (mesh imports it).
 package nodert
 
 import "github.com/meshnode/meshnode/internal/protoactor/actor"

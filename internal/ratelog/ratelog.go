@@ -1,6 +1,3 @@
-// Package ratelog logs a recurring cause once per interval: a hostile client or a broken
-// peer can repeat the same bad input thousands of times a second, and the log must stay
-// readable (one line per cause per interval, with how many were suppressed since).
 package ratelog
 
 import (

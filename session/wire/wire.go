@@ -1,7 +1,3 @@
-// Package wire is the zlink STREAM frame codec: the 6-byte length prefix, the packet
-// header and the control payloads, exactly as zlink-digest §2. It has no dependencies
-// beyond the standard library and never panics on peer input: every rule violation is a
-// *FrameError that errors.Is matches against one of the Err* values below.
 package wire
 
 import "strings"

@@ -1,0 +1,19 @@
+// Package sampleapp is the application the meshnode binary serves by default, and a
+// small example of the application API: a session written as a packet router
+// (session.Mux) and a `room` Actor kind that sessions bind to, wherever in the mesh it
+// lives.
+//
+//	Request "echo"      -> Response with the same payload and codec
+//	Send "echo"         -> Send "echo" back with the same payload and codec
+//	Request "fail"      -> Error with code "rejected"
+//	Request "bind"      {"actor":ID} -> binds the session to room ID (placed by the
+//	                    directory); answers {"actor":ID,"node":RID,"bindingGeneration":G}
+//	Request "unbind"    {"actor":ID} -> unbinds; answers {}
+//	Request "room.echo" -> relayed; the room answers {"actor":ID,"node":RID,"payload":<request>}
+//	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload
+//	When another session binds the same room, this one gets Send "room.replaced"
+//	{"actor":ID} and is closed. With several rooms bound, metadata key "actor" picks one.
+//
+// Handlers return errors; the router answers a failed Request with the code of the
+// error's kind (package fault), so there is no mapping here.
+package sampleapp
