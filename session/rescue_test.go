@@ -3,11 +3,11 @@ package session_test
 import (
 	"bufio"
 	"context"
-	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -38,21 +38,8 @@ func rawFrame(t *testing.T, h wire.Header, payload string) []byte {
 }
 
 func readRawFrame(t *testing.T, br *bufio.Reader) (wire.Header, []byte) {
-	t.Helper()
-	pre := make([]byte, wire.PrefixSize)
-	if _, err := io.ReadFull(br, pre); err != nil {
-		t.Fatalf("read prefix: %v", err)
-	}
-	hl, pl := wire.ParsePrefix(pre)
-	body := make([]byte, hl+pl)
-	if _, err := io.ReadFull(br, body); err != nil {
-		t.Fatalf("read body: %v", err)
-	}
-	h, err := wire.DecodeHeader(body[:hl])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h, body[hl:]
+	f := testkit.MustReadFrame(t, br)
+	return f.Header, f.Payload
 }
 
 // A callback that blocks holds its session's turn, not the connection's reading: the

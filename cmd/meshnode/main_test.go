@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coder/websocket"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -73,21 +74,8 @@ func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop fu
 }
 
 func readFrame(t *testing.T, br *bufio.Reader) (wire.Header, []byte) {
-	t.Helper()
-	pre := make([]byte, wire.PrefixSize)
-	if _, err := io.ReadFull(br, pre); err != nil {
-		t.Fatalf("read prefix: %v", err)
-	}
-	hl, pl := wire.ParsePrefix(pre)
-	body := make([]byte, hl+pl)
-	if _, err := io.ReadFull(br, body); err != nil {
-		t.Fatalf("read body: %v", err)
-	}
-	h, err := wire.DecodeHeader(body[:hl])
-	if err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	return h, body[hl:]
+	f := testkit.MustReadFrame(t, br)
+	return f.Header, f.Payload
 }
 
 func frame(t *testing.T, h wire.Header, payload string) []byte {

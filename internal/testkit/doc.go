@@ -1,6 +1,7 @@
 // Package testkit is what meshnode's own tests and benchmarks share: bounded waits
-// (Eventually, Await, SpinUntil) so that nothing waits forever on a lost message, a
-// watchdog for sockets read in timed loops, a throw-away PKI, and a raw STREAM frame
-// client that builds and reads frames byte by byte. It is internal: the public test
-// kit for users' Actors is mesh/meshtest.
+// (Eventually, Within, Await, SpinUntil) so that nothing waits forever on a lost
+// message, a throw-away PKI (NewPKI), a raw STREAM client that builds and reads frames
+// byte by byte (Dial, RawConn, NewHeader, ReadFrameFrom), a connector dialer and a
+// buffer safe for concurrent writers. It is internal: the public test kit for users'
+// Actors is mesh/meshtest.
 package testkit

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/compress"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
@@ -98,16 +99,7 @@ func dial(t testing.TB, endpoint string, opts connector.Options) *connector.Conn
 // eventually polls cond until it holds or the wait times out.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(waitTimeout)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testkit.Eventually(t, waitTimeout, what, cond)
 }
 
 // async runs f and returns a channel with its error.

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/test/fleet"
 )
@@ -65,11 +65,5 @@ func pushes(c *connector.Connector, name string) chan json.RawMessage {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, wait, what, cond)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/examples/sampleapp"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
@@ -229,20 +230,7 @@ func (f *Fleet) Connect(t testing.TB, i int) *connector.Connector {
 // Dial opens a client to node i's STREAM endpoint; the caller closes it.
 func (f *Fleet) Dial(t testing.TB, i int) *connector.Connector {
 	t.Helper()
-	ep := f.Node(i).Endpoints()[0]
-	c, err := connector.New(ep, connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), Wait)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testkit.DialConnector(t, f.Node(i).Endpoints()[0], Wait)
 }
 
 // IDOn returns an ActorId of kind that placement puts on node i.

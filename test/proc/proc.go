@@ -3,7 +3,6 @@ package proc
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/connector"
 )
 
@@ -110,28 +110,7 @@ type Node struct {
 	Endpoints map[string]string
 	cmd       *exec.Cmd
 	exited    chan struct{}
-	stderr    *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.b.String()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
+	stderr    *testkit.LockedBuffer
 }
 
 var (
@@ -171,7 +150,7 @@ func Start(t testing.TB, cfg Config) *Node {
 		args = append(args, "--join", j)
 	}
 	args = append(args, cfg.Args...)
-	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &lockedBuffer{}}
+	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &testkit.LockedBuffer{}}
 	if cfg.OpenFiles > 0 {
 		quoted := make([]string, len(args))
 		for i, a := range args {
@@ -219,9 +198,9 @@ func Start(t testing.TB, cfg Config) *Node {
 	select {
 	case <-ready:
 	case <-n.exited:
-		t.Fatalf("meshnode %s exited before it was ready: %s", cfg.ID, n.stderr.tail(2000))
+		t.Fatalf("meshnode %s exited before it was ready: %s", cfg.ID, n.stderr.Tail(2000))
 	case <-time.After(Wait):
-		t.Fatalf("meshnode %s not ready after %v: %s", cfg.ID, Wait, n.stderr.tail(2000))
+		t.Fatalf("meshnode %s not ready after %v: %s", cfg.ID, Wait, n.stderr.Tail(2000))
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -229,7 +208,7 @@ func Start(t testing.TB, cfg Config) *Node {
 }
 
 // Stderr returns the end of the process's log.
-func (n *Node) Stderr() string { return n.stderr.tail(4000) }
+func (n *Node) Stderr() string { return n.stderr.Tail(4000) }
 
 // Exited is closed when the process has exited.
 func (n *Node) Exited() <-chan struct{} { return n.exited }
@@ -413,34 +392,17 @@ func (n *Node) HeapInUse() int64 {
 	return int64(v)
 }
 
-// Eventually polls cond every 20 ms until it holds, failing the test after Wait.
+// Eventually polls cond until it holds, failing the test after Wait.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting: %s", Wait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, Wait, what, cond)
 }
 
 // Connect opens a Go connector to endpoint (no heartbeat, no reconnect: a test sees
 // every drop) and closes it when the test ends.
 func Connect(t testing.TB, endpoint string) *connector.Connector {
 	t.Helper()
-	c, err := connector.New(endpoint, connector.Options{
-		Heartbeat: connector.HeartbeatOptions{Disabled: true},
-		Reconnect: connector.ReconnectPolicy{Disabled: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), Wait)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := testkit.DialConnector(t, endpoint, Wait)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

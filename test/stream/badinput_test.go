@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // Digest §2.8/§2.9, §9.3 and seed §7: a frame that does not decode closes only its own
@@ -35,38 +35,38 @@ func TestBadInput_ClosesOnlyThatConnectionWithProtocolError(t *testing.T) {
 		header []byte
 	}
 	cases := []badCase{
-		{name: "BadMarker", header: stream.NewHeader(0xF3, sendK, jsonC, 0).Name("x").Bytes()},
-		{name: "ZeroMarker", header: stream.NewHeader(0x00, sendK, jsonC, 0).Name("x").Bytes()},
-		{name: "UnknownKind0", header: stream.NewHeader(marker, 0, jsonC, 0).Name("x").Bytes()},
-		{name: "UnknownKind6", header: stream.NewHeader(marker, 6, jsonC, 0).Name("x").Bytes()},
-		{name: "UnknownCodec", header: stream.NewHeader(marker, sendK, 4, 0).Name("x").Bytes()},
-		{name: "UnknownFlag0x20", header: stream.NewHeader(marker, sendK, jsonC, 0x20).Name("x").Bytes()},
-		{name: "UnknownFlag0x80", header: stream.NewHeader(marker, sendK, jsonC, 0x80).Name("x").Bytes()},
-		{name: "RequestWithoutSeqFlag", header: stream.NewHeader(marker, req, jsonC, 0).Name("x").Bytes()},
-		{name: "SendWithSeq", header: stream.NewHeader(marker, sendK, jsonC, fSeq).Seq(1).Name("x").Bytes()},
-		{name: "SeqZero", header: stream.NewHeader(marker, req, jsonC, fSeq).Seq(0).Name("x").Bytes()},
-		{name: "NameOnResponse", header: stream.NewHeader(marker, resp, jsonC, fSeq).Seq(1).Name("x").Bytes()},
-		{name: "EmptyNameOnSend", header: stream.NewHeader(marker, sendK, jsonC, 0).Name("").Bytes()},
-		{name: "ReservedNameOnSend", header: stream.NewHeader(marker, sendK, jsonC, 0).Name("$zlink.heartbeat.ping").Bytes()},
-		{name: "NameNotUTF8", header: stream.NewHeader(marker, sendK, jsonC, 0).Name("\xff\xfe").Bytes()},
+		{name: "BadMarker", header: testkit.NewHeader(0xF3, sendK, jsonC, 0).Name("x").Bytes()},
+		{name: "ZeroMarker", header: testkit.NewHeader(0x00, sendK, jsonC, 0).Name("x").Bytes()},
+		{name: "UnknownKind0", header: testkit.NewHeader(marker, 0, jsonC, 0).Name("x").Bytes()},
+		{name: "UnknownKind6", header: testkit.NewHeader(marker, 6, jsonC, 0).Name("x").Bytes()},
+		{name: "UnknownCodec", header: testkit.NewHeader(marker, sendK, 4, 0).Name("x").Bytes()},
+		{name: "UnknownFlag0x20", header: testkit.NewHeader(marker, sendK, jsonC, 0x20).Name("x").Bytes()},
+		{name: "UnknownFlag0x80", header: testkit.NewHeader(marker, sendK, jsonC, 0x80).Name("x").Bytes()},
+		{name: "RequestWithoutSeqFlag", header: testkit.NewHeader(marker, req, jsonC, 0).Name("x").Bytes()},
+		{name: "SendWithSeq", header: testkit.NewHeader(marker, sendK, jsonC, fSeq).Seq(1).Name("x").Bytes()},
+		{name: "SeqZero", header: testkit.NewHeader(marker, req, jsonC, fSeq).Seq(0).Name("x").Bytes()},
+		{name: "NameOnResponse", header: testkit.NewHeader(marker, resp, jsonC, fSeq).Seq(1).Name("x").Bytes()},
+		{name: "EmptyNameOnSend", header: testkit.NewHeader(marker, sendK, jsonC, 0).Name("").Bytes()},
+		{name: "ReservedNameOnSend", header: testkit.NewHeader(marker, sendK, jsonC, 0).Name("$zlink.heartbeat.ping").Bytes()},
+		{name: "NameNotUTF8", header: testkit.NewHeader(marker, sendK, jsonC, 0).Name("\xff\xfe").Bytes()},
 		{name: "TruncatedHeaderBelowMinimum", header: []byte{marker, sendK, jsonC}},
 		{name: "EmptyHeader", header: []byte{}},
-		{name: "TruncatedName", header: append(stream.NewHeader(marker, sendK, jsonC, 0).Bytes(), 20, 'a', 'b')},
-		{name: "TruncatedSeq", header: append(stream.NewHeader(marker, req, jsonC, fSeq).Bytes(), 0, 0, 0, 1)},
-		{name: "TrailingHeaderBytes", header: append(stream.NewHeader(marker, sendK, jsonC, 0).Name("x").Bytes(), 0)},
-		{name: "MetadataDuplicateKey", header: stream.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(2, "k", "1", "k", "2").Bytes()},
-		{name: "MetadataCountMismatch", header: stream.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(3, "k", "1").Bytes()},
-		{name: "MetadataEmptyKey", header: stream.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "", "1").Bytes()},
-		{name: "MetadataNUL", header: stream.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "k", "a\x00b").Bytes()},
-		{name: "MetadataOver1024", header: stream.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "k", strings.Repeat("v", 1100)).Bytes()},
-		{name: "FlowIDUppercase", header: stream.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(strings.ToUpper(flowID), 3).Bytes()},
-		{name: "FlowIDNotV7", header: stream.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(strings.Replace(flowID, "-7a1b-", "-4a1b-", 1), 3).Bytes()},
-		{name: "FlowOriginZero", header: stream.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(flowID, 0).Bytes()},
-		{name: "FlowTruncated", header: stream.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(flowID[:20], 3).Bytes()[:4+2+20]},
-		{name: "CorrelationIDEmpty", header: stream.NewHeader(marker, req, jsonC, fSeq|fCorr).Seq(1).Name("x").Correlation("").Bytes()},
-		{name: "CorrelationOnSend", header: stream.NewHeader(marker, sendK, jsonC, fCorr).Name("x").Correlation("c").Bytes()},
-		{name: "ControlWithCodec", header: stream.NewHeader(marker, ctl, jsonC, 0).Name(wire.NameHeartbeatPing).Bytes()},
-		{name: "ErrorNotJSON", header: stream.NewHeader(marker, byte(wire.KindError), byte(wire.CodecRaw), fSeq).Seq(1).Name("").Bytes()},
+		{name: "TruncatedName", header: append(testkit.NewHeader(marker, sendK, jsonC, 0).Bytes(), 20, 'a', 'b')},
+		{name: "TruncatedSeq", header: append(testkit.NewHeader(marker, req, jsonC, fSeq).Bytes(), 0, 0, 0, 1)},
+		{name: "TrailingHeaderBytes", header: append(testkit.NewHeader(marker, sendK, jsonC, 0).Name("x").Bytes(), 0)},
+		{name: "MetadataDuplicateKey", header: testkit.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(2, "k", "1", "k", "2").Bytes()},
+		{name: "MetadataCountMismatch", header: testkit.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(3, "k", "1").Bytes()},
+		{name: "MetadataEmptyKey", header: testkit.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "", "1").Bytes()},
+		{name: "MetadataNUL", header: testkit.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "k", "a\x00b").Bytes()},
+		{name: "MetadataOver1024", header: testkit.NewHeader(marker, sendK, jsonC, fMeta).Name("x").Metadata(1, "k", strings.Repeat("v", 1100)).Bytes()},
+		{name: "FlowIDUppercase", header: testkit.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(strings.ToUpper(flowID), 3).Bytes()},
+		{name: "FlowIDNotV7", header: testkit.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(strings.Replace(flowID, "-7a1b-", "-4a1b-", 1), 3).Bytes()},
+		{name: "FlowOriginZero", header: testkit.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(flowID, 0).Bytes()},
+		{name: "FlowTruncated", header: testkit.NewHeader(marker, sendK, jsonC, fFlow).Name("x").Flow(flowID[:20], 3).Bytes()[:4+2+20]},
+		{name: "CorrelationIDEmpty", header: testkit.NewHeader(marker, req, jsonC, fSeq|fCorr).Seq(1).Name("x").Correlation("").Bytes()},
+		{name: "CorrelationOnSend", header: testkit.NewHeader(marker, sendK, jsonC, fCorr).Name("x").Correlation("c").Bytes()},
+		{name: "ControlWithCodec", header: testkit.NewHeader(marker, ctl, jsonC, 0).Name(wire.NameHeartbeatPing).Bytes()},
+		{name: "ErrorNotJSON", header: testkit.NewHeader(marker, byte(wire.KindError), byte(wire.CodecRaw), fSeq).Seq(1).Name("").Bytes()},
 	}
 
 	th := startHost(t, nil, session.HostOptions{}, nil)
@@ -76,7 +76,7 @@ func TestBadInput_ClosesOnlyThatConnectionWithProtocolError(t *testing.T) {
 
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			frame := stream.RawFrame(tc.header, []byte(payload))
+			frame := testkit.RawFrame(tc.header, []byte(payload))
 			c, rid := th.connect(t)
 			// A good packet first: the connection works until the bad frame.
 			write(t, c, send("before", `{}`))
@@ -114,14 +114,14 @@ func TestBadInput_ClosesOnlyThatConnectionWithProtocolError(t *testing.T) {
 func TestBadInput_TrickledFrameStillDecodes(t *testing.T) {
 	th := startHost(t, nil, session.HostOptions{}, nil)
 	c, rid := th.connect(t)
-	frame := stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 42, Name: "echo",
+	frame := testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 42, Name: "echo",
 		Metadata: wire.Metadata{{Key: "a", Value: "b"}}, CorrelationID: "x", FlowID: flowID, FlowOrigin: wire.FlowApplication},
 		[]byte(`{"trickled":true}`))
 	for i := 0; i < len(frame)-1; i++ {
 		write(t, c, frame[i:i+1])
 		if i == 2 || i == len(frame)/2 {
 			// Half a prefix, then half a frame: nothing may come back yet.
-			if f, err := c.ReadFrame(20 * time.Millisecond); err == nil || !stream.IsTimeout(err) {
+			if f, err := c.ReadFrame(20 * time.Millisecond); err == nil || !testkit.IsTimeout(err) {
 				t.Fatalf("after %d of %d bytes: %v %+v", i+1, len(frame), err, f.Header)
 			}
 		}
@@ -143,7 +143,7 @@ func TestBadInput_LargeAndCoalescedFrames(t *testing.T) {
 	th := startHost(t, nil, session.HostOptions{}, nil)
 	c, _ := th.connect(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 3000) // 48,000 bytes
-	frame := stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, big)
+	frame := testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, big)
 	for off := 0; off < len(frame); {
 		n := min(7919, len(frame)-off)
 		write(t, c, frame[off:off+n])
@@ -171,9 +171,9 @@ func TestBadInput_LargeAndCoalescedFrames(t *testing.T) {
 func TestBadInput_ClientReplyIsDroppedConnectionKept(t *testing.T) {
 	th := startHost(t, nil, session.HostOptions{}, nil)
 	c, rid := th.connect(t)
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindResponse, Codec: wire.CodecJSON, RequestSeq: 77}, []byte(`{}`)))
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: 78}, []byte(`{"code":"x","message":"y"}`)))
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON}, []byte(`{"code":"x","message":"y"}`)))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindResponse, Codec: wire.CodecJSON, RequestSeq: 77}, []byte(`{}`)))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: 78}, []byte(`{"code":"x","message":"y"}`)))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON}, []byte(`{"code":"x","message":"y"}`)))
 	roundTrip(t, c, 1)
 	if n := count(th.rec.snapshot(), evPacket, rid); n != 1 {
 		t.Errorf("handler saw %d packets; client replies must not reach it", n)

@@ -16,9 +16,9 @@ import (
 	"github.com/coder/websocket"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // One client must never hurt the others: the per-session bounds on the ingress side,
@@ -103,7 +103,7 @@ func TestBounds_StalledSessionHoldsNoPermits(t *testing.T) {
 		b.Bind("tcp://127.0.0.1:0").Socket(session.SocketOptions{MaxPendingPackets: 8})
 	})
 	// Twice as many stalled sessions as permits, each with a full backlog.
-	var stalled []*stream.RawConn
+	var stalled []*testkit.RawConn
 	for range 2 * permits {
 		c, _ := th.connect(t)
 		stalled = append(stalled, c)
@@ -155,7 +155,7 @@ func TestBounds_ClientThatDoesNotReadStallsOnlyItself(t *testing.T) {
 				return
 			default:
 			}
-			if err := deaf.WriteAll(request(seq, "echo", payload), 200*time.Millisecond); err != nil && !stream.IsTimeout(err) {
+			if err := deaf.WriteAll(request(seq, "echo", payload), 200*time.Millisecond); err != nil && !testkit.IsTimeout(err) {
 				return
 			}
 		}
@@ -261,7 +261,7 @@ func TestFrameTimeout_TrickledFrameClosesConnection(t *testing.T) {
 		mustNotErr(t, ws.Write(ctx, websocket.MessageBinary, frame[:10]), "ws write") // past the prefix
 		_, msg, err := ws.Read(ctx)
 		mustNotErr(t, err, "ws read")
-		fs, _, err := stream.SplitFrames(msg)
+		fs, _, err := testkit.SplitFrames(msg)
 		if err != nil || len(fs) != 1 || fs[0].Header.Name != wire.NameSessionClosing {
 			t.Fatalf("ws got %d frames (%v), want session-closing", len(fs), err)
 		}
@@ -301,7 +301,7 @@ func TestReadBuffer_GrowsWithArrivedBytesNotAnnouncedLength(t *testing.T) {
 	}
 	before := heap()
 	h := wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}
-	f := stream.Encode(h, make([]byte, announced-headerLen(h)))
+	f := testkit.Encode(h, make([]byte, announced-headerLen(h)))
 	var cs []net.Conn // plain sockets: the client side must cost next to nothing here
 	for range conns {
 		c, err := net.Dial("tcp", th.addr(t, "tcp"))
@@ -318,10 +318,10 @@ func TestReadBuffer_GrowsWithArrivedBytesNotAnnouncedLength(t *testing.T) {
 	}
 	t.Logf("heap grew %d KiB for %d connections (announced %d KiB)", (heap()-before)>>10, conns, conns*announced>>10)
 	// A frame that completes is served as usual.
-	rc := stream.NewRawConn(cs[0])
+	rc := testkit.NewRawConn(cs[0])
 	write(t, rc, f[100:])
 	req := wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}
-	write(t, rc, stream.Encode(req, bytes.Repeat([]byte{'q'}, announced-headerLen(req))))
+	write(t, rc, testkit.Encode(req, bytes.Repeat([]byte{'q'}, announced-headerLen(req))))
 	if g := readFrame(t, rc); g.Header.RequestSeq != 1 || len(g.Payload) != announced-headerLen(req) {
 		t.Fatalf("reply seq %d, %d bytes", g.Header.RequestSeq, len(g.Payload))
 	}
@@ -411,7 +411,7 @@ func TestWebSocket_ServerCloseSendsCloseFrame(t *testing.T) {
 			tc.close(th, evs[0].peer)
 			_, msg, err := ws.Read(ctx)
 			mustNotErr(t, err, "ws read")
-			if fs, _, _ := stream.SplitFrames(msg); len(fs) != 1 || fs[0].Header.Name != wire.NameSessionClosing {
+			if fs, _, _ := testkit.SplitFrames(msg); len(fs) != 1 || fs[0].Header.Name != wire.NameSessionClosing {
 				t.Fatalf("first message is not session-closing: %d frames", len(fs))
 			}
 			_, _, err = ws.Read(ctx)
@@ -446,7 +446,7 @@ func TestEMSGSIZE_RepliesToEarlierRequestsAreFlushed(t *testing.T) {
 // Packets whose replies fail because their session closed are logged as one line for
 // the session, not one line each.
 func TestClose_PacketsFailingAtCloseLogOneLine(t *testing.T) {
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	rec := newRecorder()
 	pulled := make(chan struct{}) // every request is pulled and queued behind "close"
 	rec.onPacket = func(ctx context.Context, p *session.Packet) error {
@@ -478,23 +478,6 @@ func TestClose_PacketsFailingAtCloseLogOneLine(t *testing.T) {
 	if n := strings.Count(out, "closed under packets"); n != 1 {
 		t.Errorf("%d aggregated lines, want 1:\n%s", n, out)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func closeOnce(ch chan struct{}) {
@@ -531,7 +514,7 @@ func TestWebSocket_UpgradeTimeout(t *testing.T) {
 			buf := make([]byte, 4096)
 			for {
 				if _, err := c.Read(buf); err != nil {
-					if stream.IsTimeout(err) {
+					if testkit.IsTimeout(err) {
 						t.Fatalf("the connection was still open after %v", waitLong)
 					}
 					break

@@ -1,7 +1,7 @@
 // Package stream holds the black-box contract tests of the STREAM server (package
-// session) against the seed "STREAM Server Session" and zlink-digest §2, §4.5, §5, §9.3
-// and §10. The tests live in package stream_test; stream.go only has the raw-socket
-// client (Dial, RawConn, HeaderBuilder) and the throw-away PKI (NewPKI) they share, so
-// that nothing here depends on the server's internals: frames are built with
-// session/wire or by hand, byte by byte.
+// session) against the zlink STREAM Server Session specification: framing, the
+// session lifecycle, transports, ordering, backpressure, metrics and bad input. The
+// tests live in package stream_test and reach the server only through its public
+// surface and the socket: frames are built with session/wire or byte by byte with the
+// raw client of internal/testkit.
 package stream

@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // Timeouts: generous for -race on two cores, never waited out on a passing run.
@@ -329,9 +329,9 @@ func (th *testHost) endpoint(t testing.TB, scheme string) string {
 }
 
 // dial opens a raw TCP client, closed at cleanup.
-func (th *testHost) dial(t testing.TB) *stream.RawConn {
+func (th *testHost) dial(t testing.TB) *testkit.RawConn {
 	t.Helper()
-	c, err := stream.Dial(th.addr(t, "tcp"))
+	c, err := testkit.Dial(th.addr(t, "tcp"))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -341,7 +341,7 @@ func (th *testHost) dial(t testing.TB) *stream.RawConn {
 
 // connect dials and waits for the session's connect callback; it returns the client
 // and the session's routing id.
-func (th *testHost) connect(t testing.TB) (*stream.RawConn, session.RoutingID) {
+func (th *testHost) connect(t testing.TB) (*testkit.RawConn, session.RoutingID) {
 	t.Helper()
 	before := count(th.rec.snapshot(), evConnect, 0)
 	c := th.dial(t)
@@ -356,25 +356,25 @@ func (th *testHost) connect(t testing.TB) (*stream.RawConn, session.RoutingID) {
 // ---------------------------------------------------------------- raw wire helpers
 
 func send(name string, payload string) []byte {
-	return stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: name}, []byte(payload))
+	return testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: name}, []byte(payload))
 }
 
 func request(seq uint64, name string, payload string) []byte {
-	return stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: seq, Name: name}, []byte(payload))
+	return testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: seq, Name: name}, []byte(payload))
 }
 
 func control(name string) []byte {
-	return stream.Encode(wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: name}, nil)
+	return testkit.Encode(wire.Header{Kind: wire.KindControl, Codec: wire.CodecRaw, Name: name}, nil)
 }
 
-func write(t testing.TB, c *stream.RawConn, b []byte) {
+func write(t testing.TB, c *testkit.RawConn, b []byte) {
 	t.Helper()
 	if err := c.WriteAll(b, waitLong); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 }
 
-func readFrame(t testing.TB, c *stream.RawConn) stream.Frame {
+func readFrame(t testing.TB, c *testkit.RawConn) testkit.Frame {
 	t.Helper()
 	f, err := c.ReadFrame(waitLong)
 	if err != nil {
@@ -384,7 +384,7 @@ func readFrame(t testing.TB, c *stream.RawConn) stream.Frame {
 }
 
 // roundTrip sends Request "echo" with seq and checks the Response.
-func roundTrip(t testing.TB, c *stream.RawConn, seq uint64) {
+func roundTrip(t testing.TB, c *testkit.RawConn, seq uint64) {
 	t.Helper()
 	payload := fmt.Sprintf(`{"n":%d}`, seq)
 	write(t, c, request(seq, "echo", payload))
@@ -396,7 +396,7 @@ func roundTrip(t testing.TB, c *stream.RawConn, seq uint64) {
 
 // expectSessionClosing reads the next frame, which must be session-closing with reason,
 // and then the end of the stream. It returns the diagnostic.
-func expectSessionClosing(t testing.TB, c *stream.RawConn, reason wire.CloseReason) string {
+func expectSessionClosing(t testing.TB, c *testkit.RawConn, reason wire.CloseReason) string {
 	t.Helper()
 	f, err := c.ReadFrame(waitLong)
 	if err != nil {
@@ -417,13 +417,13 @@ func expectSessionClosing(t testing.TB, c *stream.RawConn, reason wire.CloseReas
 }
 
 // expectEOF reads until the server closes; no frame may come first.
-func expectEOF(t testing.TB, c *stream.RawConn) {
+func expectEOF(t testing.TB, c *testkit.RawConn) {
 	t.Helper()
 	f, err := c.ReadFrame(waitLong)
 	if err == nil {
 		t.Fatalf("want the connection closed, got a frame %s %q payload %q", kindName(f.Header.Kind), f.Header.Name, f.Payload)
 	}
-	if !stream.IsClosed(err) {
+	if !testkit.IsClosed(err) {
 		t.Fatalf("want the connection closed, got %v", err)
 	}
 }
@@ -525,30 +525,17 @@ const (
 // ---------------------------------------------------------------- misc
 
 // eventually polls cond every few milliseconds until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-}
+func eventually(timeout time.Duration, cond func() bool) bool { return testkit.Within(timeout, cond) }
 
 var (
 	pkiOnce sync.Once
-	pki     *stream.PKI
+	pki     *testkit.PKI
 	pkiErr  error
 )
 
-func testPKI(t testing.TB) *stream.PKI {
+func testPKI(t testing.TB) *testkit.PKI {
 	t.Helper()
-	pkiOnce.Do(func() { pki, pkiErr = stream.NewPKI() })
+	pkiOnce.Do(func() { pki, pkiErr = testkit.NewPKI() })
 	if pkiErr != nil {
 		t.Fatalf("pki: %v", pkiErr)
 	}

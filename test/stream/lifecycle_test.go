@@ -13,11 +13,11 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/compress"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // ---------------------------------------------------------------- heartbeat, idle
@@ -32,8 +32,8 @@ func TestHeartbeat_PingGetsPong(t *testing.T) {
 	for range 3 {
 		write(t, c, ping)
 		f := readFrame(t, c)
-		want := stream.RawFrame(append([]byte{0xf2, 0x05, 0x00, 0x00, 0x15}, wire.NameHeartbeatPong...), nil)
-		if got := stream.RawFrame(f.HeaderBytes, f.Payload); !bytes.Equal(got, want) {
+		want := testkit.RawFrame(append([]byte{0xf2, 0x05, 0x00, 0x00, 0x15}, wire.NameHeartbeatPong...), nil)
+		if got := testkit.RawFrame(f.HeaderBytes, f.Payload); !bytes.Equal(got, want) {
 			t.Fatalf("pong bytes %x, want %x", got, want)
 		}
 	}
@@ -106,7 +106,7 @@ func TestShutdown_DrainsEverySession(t *testing.T) {
 	evs := th.rec.waitFor(t, waitLong, "ws connect", func(evs []event) bool { return count(evs, evConnect, 0) == 4 })
 	ridW := filter(evs, evConnect, 0)[3].rid
 	mustNotErr(t, ws.Write(ctx, websocket.MessageBinary, send("hello", `{}`)), "ws write")
-	for _, c := range []*stream.RawConn{quiet1, quiet2, blaster} {
+	for _, c := range []*testkit.RawConn{quiet1, quiet2, blaster} {
 		write(t, c, send("hello", `{}`))
 	}
 	th.rec.waitFor(t, waitLong, "hello from all", func(evs []event) bool { return len(packetsNamed(evs, "hello")) == 4 })
@@ -131,7 +131,7 @@ func TestShutdown_DrainsEverySession(t *testing.T) {
 	expectSessionClosing(t, quiet2, wire.CloseServerDrain)
 	// WebSocket: the session-closing frame arrives as (part of) a binary message.
 	var buf []byte
-	var wsFrames []stream.Frame
+	var wsFrames []testkit.Frame
 	for len(wsFrames) == 0 {
 		typ, msg, err := ws.Read(ctx)
 		if err != nil {
@@ -140,8 +140,8 @@ func TestShutdown_DrainsEverySession(t *testing.T) {
 		if typ != websocket.MessageBinary {
 			t.Fatalf("ws message type %v", typ)
 		}
-		var fs []stream.Frame
-		fs, buf, err = stream.SplitFrames(append(buf, msg...))
+		var fs []testkit.Frame
+		fs, buf, err = testkit.SplitFrames(append(buf, msg...))
 		mustNotErr(t, err, "ws frames")
 		wsFrames = append(wsFrames, fs...)
 	}
@@ -303,7 +303,7 @@ func TestHandlerFailure_ErrorReplyNotTransportError(t *testing.T) {
 	seq := uint64(100)
 	for _, tc := range cases {
 		seq++
-		write(t, c, stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecMsgPack, RequestSeq: seq, Name: tc.name,
+		write(t, c, testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecMsgPack, RequestSeq: seq, Name: tc.name,
 			CorrelationID: "c" + tc.name}, []byte{0x80}))
 		f := readFrame(t, c)
 		if f.Header.Kind != wire.KindError || f.Header.RequestSeq != seq || f.Header.Codec != wire.CodecJSON || f.Header.Name != "" {
@@ -508,9 +508,9 @@ func TestCompression_InboundDecompressedOutboundCompressed(t *testing.T) {
 
 	// Stored form (what the TS connector emits): 0x00 then the raw bytes.
 	stored := append([]byte{0x00}, []byte(`{"stored":true}`)...)
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Compressed: true, Name: "s"}, stored))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Compressed: true, Name: "s"}, stored))
 	// A real LZ4 block.
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, Compressed: true, RequestSeq: 1, Name: "zip"},
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, Compressed: true, RequestSeq: 1, Name: "zip"},
 		compress.AppendLZ4(nil, plain)))
 	f := readFrame(t, c)
 	if f.Header.Kind != wire.KindResponse || f.Header.RequestSeq != 1 {
@@ -540,8 +540,8 @@ func TestCompression_BadContainerKeepsConnection(t *testing.T) {
 	th := startHost(t, nil, session.HostOptions{}, nil)
 	c, rid := th.connect(t)
 	bad := []byte{0x07, 'x', 'y'} // version bits set
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Compressed: true, Name: "echo"}, bad))
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, Compressed: true, RequestSeq: 9, Name: "echo"}, bad))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Compressed: true, Name: "echo"}, bad))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, Compressed: true, RequestSeq: 9, Name: "echo"}, bad))
 	f := readFrame(t, c)
 	if f.Header.Kind != wire.KindError || f.Header.RequestSeq != 9 {
 		t.Fatalf("reply %s seq %d payload %q", kindName(f.Header.Kind), f.Header.RequestSeq, f.Payload)

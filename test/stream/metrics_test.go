@@ -6,9 +6,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // Digest §10: zlink.stream.connections.opened (counter), .active (updown) with label
@@ -31,7 +31,7 @@ func TestMetrics_ConnectionsOpenedActiveClosed(t *testing.T) {
 	th.waitMetric(t, mActive, 1, tr("tcp"))
 
 	// A protocol error.
-	write(t, b, stream.RawFrame([]byte{0x00, 1, 1, 0, 1, 'x'}, nil))
+	write(t, b, testkit.RawFrame([]byte{0x00, 1, 1, 0, 1, 'x'}, nil))
 	expectSessionClosing(t, b, wire.CloseProtocolError)
 	th.rec.waitFor(t, waitLong, "disconnect b", func(evs []event) bool { return count(evs, evDisconnect, ridB) == 1 })
 	th.waitMetric(t, mClosed, 1, tr("tcp"), reason("protocol_error"))

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // Seed §4: packets reach the callback in receive order, exactly once, one callback at a
@@ -39,7 +39,7 @@ func TestOrdering_InOrderExactlyOnceWithSlowAndFastCallbacks(t *testing.T) {
 
 	type client struct {
 		write func([]byte)
-		read  func() stream.Frame
+		read  func() testkit.Frame
 	}
 	run := func(t *testing.T, cl client, rid session.RoutingID) {
 		seq := uint64(0)
@@ -135,7 +135,7 @@ func TestOrdering_InOrderExactlyOnceWithSlowAndFastCallbacks(t *testing.T) {
 
 	t.Run("tcp", func(t *testing.T) {
 		c, rid := th.connect(t)
-		run(t, client{write: func(b []byte) { write(t, c, b) }, read: func() stream.Frame { return readFrame(t, c) }}, rid)
+		run(t, client{write: func(b []byte) { write(t, c, b) }, read: func() testkit.Frame { return readFrame(t, c) }}, rid)
 	})
 	t.Run("ws", func(t *testing.T) {
 		before := count(th.rec.snapshot(), evConnect, 0)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // Robustness of the ingress loop and the host life cycle beyond the seed's list: a slow
@@ -28,7 +28,7 @@ func TestBackpressure_SlowLargeFrameDoesNotHoldPermit(t *testing.T) {
 	other, _ := th.connect(t)
 	roundTrip(t, other, 1)
 
-	big := stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, make([]byte, 40<<10))
+	big := testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, make([]byte, 40<<10))
 	write(t, slow, big[:len(big)/2]) // and then nothing, for now
 	// The server has the slow frame's prefix; it must not take a permit for the frame
 	// while its bytes trickle in: no permit is in use during a window of 200 ms.
@@ -111,7 +111,7 @@ func TestIdleTimeout_NotWhileServerIsBackpressured(t *testing.T) {
 			return
 		}
 	}
-	if _, err := c.ReadFrame(10 * time.Millisecond); !stream.IsTimeout(err) {
+	if _, err := c.ReadFrame(10 * time.Millisecond); !testkit.IsTimeout(err) {
 		closedBy()
 		return
 	}
@@ -142,7 +142,7 @@ func TestClose_DoesNotWaitForPendingTLSHandshake(t *testing.T) {
 			// A full TLS session after it proves the accept loop has taken the silent one.
 			tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: certPool(t, p.CACert), ServerName: "127.0.0.1"})
 			mustNotErr(t, err, "tls dial")
-			roundTrip(t, stream.NewRawConn(tc), 1)
+			roundTrip(t, testkit.NewRawConn(tc), 1)
 			_ = tc.Close()
 
 			done := make(chan struct{})

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // The verification items of seed §10 that do not need the Actor path, one test each
@@ -59,17 +59,17 @@ func TestSeed10_PacketReachesCallbackWithNameMetadataPayload(t *testing.T) {
 	write(t, c, golden)
 	wantReply, _ := hex.DecodeString("000d0000000bf20301010000000000000007" + "00" + hex.EncodeToString([]byte(`{"ok":true}`)))
 	f := readFrame(t, c)
-	gotReply := stream.RawFrame(f.HeaderBytes, f.Payload)
+	gotReply := testkit.RawFrame(f.HeaderBytes, f.Payload)
 	if !bytes.Equal(gotReply, wantReply) {
 		t.Errorf("reply bytes\n got %x\nwant %x", gotReply, wantReply)
 	}
 
 	// 2. A Send with every optional field the client may set.
 	md := wire.Metadata{{Key: "locale", Value: "ko"}, {Key: "trace", Value: "t-1"}}
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "chat.msg", Metadata: md,
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "chat.msg", Metadata: md,
 		FlowID: flowID, FlowOrigin: wire.FlowApplication}, []byte(`{"t":"yo"}`)))
 	// 3. A Request with correlation id and flow.
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 1 << 40, Name: "chat.ask",
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 1 << 40, Name: "chat.ask",
 		CorrelationID: "corr-9", FlowID: flowID, FlowOrigin: wire.FlowInbound}, []byte(`{"t":"q"}`)))
 	reply := readFrame(t, c)
 	if reply.Header.RequestSeq != 1<<40 || reply.Header.CorrelationID != "corr-9" {
@@ -241,7 +241,7 @@ func TestSeed10_BackpressureStallsClientThenDeliversInOrderExactlyOnce(t *testin
 	frame := func(i int) []byte {
 		body := bytes.Repeat([]byte{byte(i)}, frameBody)
 		binary.BigEndian.PutUint32(body, uint32(i))
-		return stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "bp"}, body)
+		return testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "bp"}, body)
 	}
 	stalled := make(chan int, 1) // frames begun when a write timed out
 	resume := make(chan struct{})
@@ -265,7 +265,7 @@ func TestSeed10_BackpressureStallsClientThenDeliversInOrderExactlyOnce(t *testin
 			pending = pending[n:]
 			switch {
 			case err == nil:
-			case !stall && stream.IsTimeout(err):
+			case !stall && testkit.IsTimeout(err):
 				stall = true
 				total = next + extra
 				stalled <- next
@@ -425,13 +425,13 @@ func TestSeed10_OversizeMessageClosesWithoutHandler(t *testing.T) {
 	// Exactly at the cap (header + payload = max, prefix not counted): delivered.
 	c, rid := th.connect(t)
 	atCap := bytes.Repeat([]byte{'a'}, max-hdrLen)
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, atCap))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, atCap))
 	roundTrip(t, c, 1)
 
 	// One byte over: the whole frame is sent, nothing of it reaches the handler, the
 	// client reads no frame at all (no session-closing, no Error), only the close.
 	over := bytes.Repeat([]byte{'b'}, max-hdrLen+1)
-	write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, over))
+	write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, over))
 	expectEOF(t, c)
 	th.waitMetric(t, mEMsgSize, 1, tr("tcp"))
 	evs := th.rec.waitFor(t, waitLong, "disconnect", func(evs []event) bool { return count(evs, evDisconnect, rid) == 1 })
@@ -463,9 +463,9 @@ func TestSeed10_OversizeMessageClosesWithoutHandler_DefaultAndZeroCap(t *testing
 		th := startHost(t, nil, session.HostOptions{}, nil)
 		c, rid := th.connect(t)
 		hdrLen := headerLen(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"})
-		write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, make([]byte, session.DefaultMaxMessageSize-hdrLen)))
+		write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, make([]byte, session.DefaultMaxMessageSize-hdrLen)))
 		roundTrip(t, c, 1)
-		write(t, c, stream.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, make([]byte, session.DefaultMaxMessageSize-hdrLen+1)))
+		write(t, c, testkit.Encode(wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}, make([]byte, session.DefaultMaxMessageSize-hdrLen+1)))
 		expectEOF(t, c)
 		th.waitMetric(t, mEMsgSize, 1, tr("tcp"))
 		if n := len(packetsNamed(filter(th.rec.snapshot(), evPacket, rid), "big")); n != 1 {
@@ -478,7 +478,7 @@ func TestSeed10_OversizeMessageClosesWithoutHandler_DefaultAndZeroCap(t *testing
 		})
 		c, _ := th.connect(t)
 		payload := bytes.Repeat([]byte("z"), 300<<10)
-		write(t, c, stream.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, payload))
+		write(t, c, testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecRaw, RequestSeq: 1, Name: "echo"}, payload))
 		f := readFrame(t, c)
 		if f.Header.Kind != wire.KindResponse || !bytes.Equal(f.Payload, payload) {
 			t.Fatalf("300 KiB echo: %s, %d bytes", kindName(f.Header.Kind), len(f.Payload))
@@ -525,7 +525,7 @@ func TestSeed10_ReplyHeaderHasNoNameAndMatchesBySeq(t *testing.T) {
 		if seq == 9 {
 			h.CorrelationID = "c9"
 		}
-		write(t, c, stream.Encode(h, []byte(`{}`)))
+		write(t, c, testkit.Encode(h, []byte(`{}`)))
 	}
 	gotOrder := []uint64{}
 	for range 3 {
@@ -575,7 +575,7 @@ func TestSeed10_HandshakeAndSocketErrorsOnlyInMonitoring(t *testing.T) {
 	tlsAddr := th.addr(t, "tls")
 
 	// 1. A plain STREAM client on the TLS port: not a TLS ClientHello.
-	raw, err := stream.Dial(tlsAddr)
+	raw, err := testkit.Dial(tlsAddr)
 	mustNotErr(t, err, "dial")
 	defer raw.Close()
 	write(t, raw, request(1, "echo", `{}`))
@@ -588,7 +588,7 @@ func TestSeed10_HandshakeAndSocketErrorsOnlyInMonitoring(t *testing.T) {
 	roots := certPool(t, p.CACert)
 	noCert, err := tls.Dial("tcp", tlsAddr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
 	if err == nil {
-		c := stream.NewRawConn(noCert)
+		c := testkit.NewRawConn(noCert)
 		_ = c.WriteAll(request(1, "echo", `{}`), waitLong)
 		if f, err := c.ReadFrame(waitLong); err == nil {
 			t.Errorf("client without certificate got a frame: %+v", f.Header)
@@ -602,7 +602,7 @@ func TestSeed10_HandshakeAndSocketErrorsOnlyInMonitoring(t *testing.T) {
 	mustNotErr(t, err, "key pair")
 	stranger, err := tls.Dial("tcp", tlsAddr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: []tls.Certificate{other}})
 	if err == nil {
-		c := stream.NewRawConn(stranger)
+		c := testkit.NewRawConn(stranger)
 		_ = c.WriteAll(request(1, "echo", `{}`), waitLong)
 		if f, err := c.ReadFrame(waitLong); err == nil {
 			t.Errorf("client with a foreign certificate got a frame: %+v", f.Header)
@@ -639,7 +639,7 @@ func TestSeed10_HandshakeAndSocketErrorsOnlyInMonitoring(t *testing.T) {
 	tc, err := tls.Dial("tcp", tlsAddr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: []tls.Certificate{good}})
 	mustNotErr(t, err, "tls dial with certificate")
 	defer tc.Close()
-	roundTrip(t, stream.NewRawConn(tc), 1)
+	roundTrip(t, testkit.NewRawConn(tc), 1)
 	if !strings.Contains(fmt.Sprint(th.node.Endpoints()), "tls://127.0.0.1:") {
 		t.Errorf("endpoints %v", th.node.Endpoints())
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
-	"github.com/meshnode/meshnode/test/stream"
 )
 
 // wsClient reads whole frames out of binary WebSocket messages (a message may carry
@@ -19,7 +19,7 @@ type wsClient struct {
 	t    testing.TB
 	c    *websocket.Conn
 	buf  []byte
-	got  []stream.Frame
+	got  []testkit.Frame
 	ctx  context.Context
 	stop context.CancelFunc
 }
@@ -43,7 +43,7 @@ func (w *wsClient) writeMsg(b []byte) {
 	}
 }
 
-func (w *wsClient) readFrame() stream.Frame {
+func (w *wsClient) readFrame() testkit.Frame {
 	w.t.Helper()
 	for len(w.got) == 0 {
 		typ, msg, err := w.c.Read(w.ctx)
@@ -53,7 +53,7 @@ func (w *wsClient) readFrame() stream.Frame {
 		if typ != websocket.MessageBinary {
 			w.t.Fatalf("ws message type %v, want binary", typ)
 		}
-		fs, rest, err := stream.SplitFrames(append(w.buf, msg...))
+		fs, rest, err := testkit.SplitFrames(append(w.buf, msg...))
 		if err != nil {
 			w.t.Fatalf("ws frames: %v", err)
 		}
@@ -132,7 +132,7 @@ func TestWebSocket_ProtocolError(t *testing.T) {
 		b.Bind("ws://127.0.0.1:0/")
 	})
 	w := dialWS(t, th.endpoint(t, "ws"), nil)
-	w.writeMsg(stream.RawFrame(stream.NewHeader(0xF2, 9, 1, 0).Name("x").Bytes(), nil))
+	w.writeMsg(testkit.RawFrame(testkit.NewHeader(0xF2, 9, 1, 0).Name("x").Bytes(), nil))
 	f := w.readFrame()
 	sc, err := wire.DecodeSessionClosing(f.Payload)
 	if f.Header.Name != wire.NameSessionClosing || err != nil || sc.Reason != wire.CloseProtocolError {
@@ -174,7 +174,7 @@ func TestTLS_Echo(t *testing.T) {
 	tc, err := tls.Dial("tcp", th.addr(t, "tls"), cfg)
 	mustNotErr(t, err, "tls dial")
 	defer tc.Close()
-	c := stream.NewRawConn(tc)
+	c := testkit.NewRawConn(tc)
 	roundTrip(t, c, 1)
 	roundTrip(t, c, 2)
 	evs := th.rec.waitFor(t, waitLong, "packets", func(evs []event) bool { return count(evs, evPacket, 0) == 2 })
@@ -209,7 +209,7 @@ func TestTLS_RequireClientCertificate(t *testing.T) {
 	tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
 	if err == nil {
 		// TLS 1.3: the client learns of the rejection on its first read.
-		c := stream.NewRawConn(tc)
+		c := testkit.NewRawConn(tc)
 		_ = c.WriteAll(request(1, "echo", `{}`), waitLong)
 		if f, err := c.ReadFrame(waitLong); err == nil {
 			t.Fatalf("client without certificate got a frame %+v", f.Header)
@@ -227,6 +227,6 @@ func TestTLS_RequireClientCertificate(t *testing.T) {
 	tc, err = tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: []tls.Certificate{good}})
 	mustNotErr(t, err, "tls dial with certificate")
 	defer tc.Close()
-	roundTrip(t, stream.NewRawConn(tc), 1)
+	roundTrip(t, testkit.NewRawConn(tc), 1)
 	th.rec.waitFor(t, waitLong, "connect", func(evs []event) bool { return count(evs, evConnect, 0) == 1 })
 }

@@ -1,23 +1,15 @@
-package stream
+package testkit
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
-	"path/filepath"
-	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/meshnode/meshnode/session/wire"
@@ -154,6 +146,16 @@ func ReadFrameFrom(r io.Reader) (Frame, error) {
 	return Frame{Header: h, HeaderBytes: body[:hl:hl], Payload: body[hl:]}, nil
 }
 
+// MustReadFrame reads one frame from r and fails the test when it cannot.
+func MustReadFrame(tb testing.TB, r io.Reader) Frame {
+	tb.Helper()
+	f, err := ReadFrameFrom(r)
+	if err != nil {
+		tb.Fatalf("read frame: %v", err)
+	}
+	return f
+}
+
 // SplitFrames parses the whole frames at the start of buf and returns them with the
 // bytes of an incomplete trailing frame.
 func SplitFrames(buf []byte) ([]Frame, []byte, error) {
@@ -186,106 +188,4 @@ func IsClosed(err error) bool {
 func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// PKI is a throw-away CA with a server certificate for 127.0.0.1 and a client
-// certificate, all as PEM.
-type PKI struct {
-	CACert, ServerCert, ServerKey, ClientCert, ClientKey []byte
-	// OtherCACert/OtherClient* are a second, unrelated CA and a client certificate it
-	// signed: a client the server must reject.
-	OtherClientCert, OtherClientKey []byte
-}
-
-// NewPKI generates a PKI with ECDSA P-256 keys.
-func NewPKI() (*PKI, error) {
-	caKey, caCert, caPEM, err := newCA("stream test CA")
-	if err != nil {
-		return nil, err
-	}
-	p := &PKI{CACert: caPEM}
-	if p.ServerCert, p.ServerKey, err = newLeaf(caCert, caKey, "127.0.0.1", true); err != nil {
-		return nil, err
-	}
-	if p.ClientCert, p.ClientKey, err = newLeaf(caCert, caKey, "stream test client", false); err != nil {
-		return nil, err
-	}
-	otherKey, otherCert, _, err := newCA("unrelated CA")
-	if err != nil {
-		return nil, err
-	}
-	if p.OtherClientCert, p.OtherClientKey, err = newLeaf(otherCert, otherKey, "stranger", false); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// Files writes the PEM files into dir and returns their paths.
-func (p *PKI) Files(dir string) (ca, cert, key string, err error) {
-	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
-	for path, b := range map[string][]byte{ca: p.CACert, cert: p.ServerCert, key: p.ServerKey} {
-		if err = os.WriteFile(path, b, 0o600); err != nil {
-			return "", "", "", err
-		}
-	}
-	return ca, cert, key, nil
-}
-
-var serial atomic.Int64
-
-func nextSerial() *big.Int { return big.NewInt(serial.Add(1)) }
-
-func newCA(cn string) (*ecdsa.PrivateKey, *x509.Certificate, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          nextSerial(),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return key, cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
-}
-
-func newLeaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
