@@ -32,8 +32,11 @@ type Node struct {
 }
 
 // Start starts a node: it joins the mesh, hosts cfg's Actor kinds, runs the binding
-// protocol, and serves cfg's session on cfg's STREAM endpoints. Every part is validated
-// before anything binds a port; on error nothing keeps running.
+// protocol, and serves cfg's session on cfg's STREAM endpoints. The Config's own
+// combinations are checked before anything binds a port; each part then validates its
+// settings as it starts (Actor kinds and message types, STREAM endpoints), and on an
+// error every part already started is stopped: nothing keeps running. Errors name the
+// Config field.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 )
 
@@ -58,5 +60,49 @@ func TestMailbox_LocalSendPastTheBoundFailsWithErrMailboxFull(t *testing.T) {
 	}
 	if n := h.Stats().MailboxRejected; n != 1 {
 		t.Errorf("MailboxRejected = %d, want 1", n)
+	}
+}
+
+// A Request from another node to an Actor whose mailbox is full is answered at once
+// with a typed Unavailable (the target node refuses it with workerQueueFull), not left
+// to run into the caller's deadline.
+func TestMailbox_CrossNodeRequestToAFullMailboxIsUnavailable(t *testing.T) {
+	const max = 2
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	c := meshtest.Start(t, 2, meshtest.Options{Config: func(_ int, cfg *meshnode.Config) {
+		cfg.MaxMailbox = max
+		cfg.Kinds = []actor.Kind{{Name: "blocking", New: func() actor.Actor { return &blocking{entered: entered, release: release} }}}
+	}})
+	t.Cleanup(func() { close(release) })
+	home := c.Node(1).Actors()
+	ctx := context.Background()
+	to, err := home.LookupOn(ctx, "blocking", "b", c.Node(1).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the mailbox where the Actor lives: one message in its turn, max queued.
+	if err := home.Send(ctx, to, actor.Message{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	for i := range max {
+		if err := home.Send(ctx, to, actor.Message{Name: "queued"}); err != nil {
+			t.Fatalf("queue %d: %v", i, err)
+		}
+	}
+	// The caller allows 30 s; the answer must come long before.
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Node(0).Actors().Request(rctx, to, actor.Message{Name: "ask"})
+	if !errors.Is(err, fault.Unavailable) {
+		t.Fatalf("request to a full mailbox on another node: %v, want Unavailable", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the refusal took %v: it waited for a deadline instead of being answered", d)
+	}
+	if n := home.Stats().MailboxRejected; n != 1 {
+		t.Errorf("MailboxRejected on the Actor's node = %d, want 1", n)
 	}
 }

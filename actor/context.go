@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session/wire"
@@ -194,11 +195,19 @@ func (c *Context) IsBound() bool {
 
 func (c *Context) turn() *Turn { return &Turn{s: c.shell} }
 
-// sessionReply returns the reply function of a relayed session Request.
-func sessionReply(p *SessionPacket) func(v any, err error) error {
+// sessionReply returns the reply function of a relayed session Request. An error goes
+// to the client as fault.Public shows it: the text of an error without a kind stays
+// here, in the log.
+func (h *Host) sessionReply(p *SessionPacket, self Ref) func(v any, err error) error {
 	return func(v any, err error) error {
 		if err != nil {
-			return p.replyError(fault.Code(err), err.Error())
+			code, msg := fault.Public(err)
+			if code == fault.InternalFailure.Code() {
+				h.ratelog.Log(h.log, slog.LevelWarn, "unclassified_reply_error",
+					"actor: a relayed request was answered with an error that has no fault kind; the client gets internal_failure",
+					"actor", self.String(), "packet", p.Name, "err", err)
+			}
+			return p.replyError(code, msg)
 		}
 		return p.replyValue(v)
 	}

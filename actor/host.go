@@ -605,7 +605,7 @@ func (s *shell) receiveSend(from mesh.NodeID, in inboundSend) {
 // when it is a request). A relayed session Request replies through its binding.
 func (s *shell) deliver(msg any, from *Ref, reply func(v any, err error) error) {
 	if p, ok := msg.(*SessionPacket); ok && p.Request && reply == nil {
-		reply = sessionReply(p)
+		reply = s.h.sessionReply(p, s.act.fence.Ref)
 	}
 	s.ctx = Context{Context: s.act.ctx, host: s.h, act: s.act, msg: msg, from: from, shell: s, reply: reply}
 	ctx := &s.ctx

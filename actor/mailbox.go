@@ -96,7 +96,7 @@ func (h *Host) rejected(a *activation, env *meshpb.Envelope) {
 		return
 	}
 	if in, ok := decodeActorSend(rec); ok && in.corr != 0 {
-		h.failRequest(from, in.corr, wire.ResultBusy, wire.FailureWorkerQueueFull)
+		h.failRequest(from, in.corr, wire.ResultRejected, wire.FailureWorkerQueueFull)
 		return
 	}
 	h.turnHandlers.mu.RLock()

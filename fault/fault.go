@@ -122,3 +122,18 @@ func Code(err error) string {
 	k, _ := Of(err)
 	return k.Code()
 }
+
+// InternalMessage is the message a client gets for an error without a kind.
+const InternalMessage = "internal failure"
+
+// Public returns the wire code and message of err as a client may see them: a
+// classified error's kind code and text; for an error without a kind (or of kind
+// InternalFailure) "internal_failure" and InternalMessage, so that the text of an
+// unexpected error (paths, addresses, internals) never reaches a client. Log such an
+// error where it is handled.
+func Public(err error) (code, message string) {
+	if k, ok := Of(err); ok && k != InternalFailure {
+		return k.Code(), err.Error()
+	}
+	return InternalFailure.Code(), InternalMessage
+}

@@ -111,8 +111,5 @@ func ErrorReply(err error) (code, message string) {
 	if errors.As(err, &ce) {
 		return ce.Code, ce.Message
 	}
-	if k, ok := fault.Of(err); ok && k != fault.InternalFailure {
-		return k.Code(), err.Error()
-	}
-	return fault.InternalFailure.Code(), "internal failure"
+	return fault.Public(err)
 }

@@ -91,7 +91,7 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 		if r := recover(); r != nil {
 			a.c.host.log.Error("stream session packet callback panicked",
 				"node", a.c.node.cfg.name, "routing_id", uint32(a.c.rid), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			a.failRequest(pkt, &CodedError{Code: fault.InternalFailure.Code(), Message: "internal failure"})
+			a.failRequest(pkt, &CodedError{Code: fault.InternalFailure.Code(), Message: fault.InternalMessage})
 		}
 	}()
 	if err := a.sess.OnPacket(a.c.ctx, pkt); err != nil {

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// The golden files are copies of spec/golden/ (zlink framework/runtime/protocol/golden/):
+// The golden files in testdata/golden are copies of the zlink runtime protocol's golden vectors:
 // every canonical vector must be reproduced byte for byte by Encode from the file's field
 // values and decode back to them; every malformed vector must fail with its class.
 

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/examples/sampleapp"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/session"
@@ -165,6 +167,11 @@ func (p *probe) Receive(ctx *actor.Context) {
 			if m.Request {
 				_ = ctx.Reply([]byte(`{}`))
 			}
+		case m.Name == "room.fail" && m.Request:
+			// An error without a fault kind, whose text must not reach the client.
+			_ = ctx.ReplyError(errors.New("open /var/lib/secret: permission denied"))
+		case m.Name == "room.reject" && m.Request:
+			_ = ctx.ReplyError(fault.Errorf(fault.Rejected, "the probe rejects this"))
 		case m.Name == "room.hold" && m.Request:
 			// Answered only on a "release" message.
 			if r, err := ctx.Later(); err == nil {
