@@ -1,0 +1,268 @@
+package services
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Client is the identity of a connected client as the serving host authenticated it
+// (the STREAM session it came from, say). A provider reads it from the call's context
+// with ClientOf; no argument of a call can set it.
+type Client struct {
+	ID        string
+	Transport string
+}
+
+// clientKey is unexported: only this package can put a Client in a context.
+type clientKey struct{}
+
+// ClientOf returns the authenticated client of a call (false for a call from the same
+// host).
+func ClientOf(ctx context.Context) (Client, bool) {
+	c, ok := ctx.Value(clientKey{}).(Client)
+	return c, ok
+}
+
+// Catalogue is what a host offers a connection: its RPC-capable services, their modes
+// and their members' kinds.
+type Catalogue struct {
+	Host     string           `json:"host"`
+	Services []CatalogueEntry `json:"services"`
+}
+
+// CatalogueEntry is one offered service.
+type CatalogueEntry struct {
+	ID      string            `json:"id"`
+	Mode    string            `json:"mode"`
+	Members map[string]string `json:"members"`
+}
+
+// Call is one service call as it crosses a connection: control fields, JSON arguments,
+// and the W3C trace context of the caller's rpc.client span.
+type Call struct {
+	Service string
+	Member  string
+	Args    json.RawMessage
+	Trace   map[string]string
+}
+
+// Connection is a consumer host's link to a provider host: loopback (same process) or
+// STREAM. Call maps its context's end to a cancel of that one call.
+type Connection interface {
+	Catalogue(ctx context.Context) (Catalogue, error)
+	Call(ctx context.Context, call Call) (json.RawMessage, error)
+}
+
+// Catalogue returns the host's RPC-capable services (LocalOnly ones are never listed).
+func (h *Host) Catalogue() Catalogue {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := Catalogue{Host: h.name}
+	for id, s := range h.services {
+		if !s.rpc {
+			continue
+		}
+		e := CatalogueEntry{ID: id, Mode: s.mode.String(), Members: map[string]string{}}
+		if t := s.table.Load(); t != nil {
+			for name, m := range t.members {
+				e.Members[name] = string(m.kind)
+			}
+		} else if s.pending != nil {
+			for name, m := range s.pending.members {
+				e.Members[name] = string(m.kind)
+			}
+		}
+		c.Services = append(c.Services, e)
+	}
+	sort.Slice(c.Services, func(i, j int) bool { return c.Services[i].ID < c.Services[j].ID })
+	return c
+}
+
+// Endpoint is the serving side of one client's connection: it runs the client's calls
+// against the host's RPC-capable services with a fresh context per call (derived from
+// the connection's, so a disconnect cancels them; the client identity under an
+// unexported key; the caller's trace context as the parent of an rpc.server span), and
+// keeps the client's calls in a table keyed by the client's request ids, so a client
+// cancels only its own calls.
+type Endpoint struct {
+	h      *Host
+	client Client
+	ctx    context.Context
+	stop   context.CancelFunc
+
+	mu       sync.Mutex
+	inflight map[string]context.CancelFunc
+	closed   bool
+}
+
+// Endpoint opens the serving side of a client's connection; ctx is the connection's
+// lifetime (its end cancels the client's calls, as Close does).
+func (h *Host) Endpoint(ctx context.Context, client Client) *Endpoint {
+	ctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}}
+	context.AfterFunc(ctx, e.Close)
+	return e
+}
+
+// MaxInflightPerClient bounds the calls one client may have in flight at once; past it
+// a call fails with CodeUnavailable.
+const MaxInflightPerClient = 1024
+
+// Serve runs one call of the client, identified by the client's request id rid, and
+// reports its result or error to done (once, from any goroutine).
+func (e *Endpoint) Serve(rid string, call Call, done func(json.RawMessage, error)) {
+	h := e.h
+	h.mu.Lock()
+	svc := h.services[call.Service]
+	running := h.phase == phaseRunning
+	h.mu.Unlock()
+	switch {
+	case !running:
+		done(nil, &Error{Code: CodeUnavailable, Message: "the host is not serving"})
+		return
+	case svc == nil || !svc.rpc:
+		done(nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("no service %q", call.Service)})
+		return
+	case svc.mode != Singleton:
+		done(nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("service %q is keyed: instance calls are not served yet", call.Service)})
+		return
+	case !validJSON(call.Args):
+		done(nil, &Error{Code: CodeInvalidArguments, Message: "the arguments are not one JSON value"})
+		return
+	case rid == "":
+		done(nil, &Error{Code: CodeInvalidArguments, Message: "a call needs a request id"})
+		return
+	}
+	cctx, cancel := context.WithCancel(context.WithValue(e.ctx, clientKey{}, e.client))
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		cancel()
+		done(nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"})
+		return
+	case e.inflight[rid] != nil:
+		e.mu.Unlock()
+		cancel()
+		done(nil, &Error{Code: CodeDuplicateRequest, Message: fmt.Sprintf("request %q is already in flight", rid)})
+		return
+	case len(e.inflight) >= MaxInflightPerClient:
+		e.mu.Unlock()
+		cancel()
+		done(nil, &Error{Code: CodeUnavailable, Message: "too many calls in flight on this connection"})
+		return
+	}
+	e.inflight[rid] = cancel
+	e.mu.Unlock()
+
+	pctx := h.prop.Extract(cctx, propagation.MapCarrier(call.Trace))
+	sctx, span := h.tracer.Start(pctx, "rpc.server", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", call.Service),
+			attribute.String("rpc.method", call.Member)))
+	var once atomic.Bool
+	svc.submit(&callMsg{ctx: sctx, member: call.Member, args: call.Args, reply: func(v any, err error) {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		e.mu.Lock()
+		if e.inflight[rid] != nil {
+			delete(e.inflight, rid)
+		}
+		e.mu.Unlock()
+		if err == nil && cctx.Err() != nil {
+			err = errCallCancelled
+		}
+		cancel()
+		if err != nil {
+			we := wireError(err)
+			if we.Code == CodeInternal {
+				h.log.Warn("services: call failed", "service", call.Service, "member", call.Member, "client", e.client.ID, "err", err)
+			}
+			span.SetStatus(codes.Error, we.Code)
+			span.End()
+			done(nil, we)
+			return
+		}
+		span.End()
+		raw, _ := v.(json.RawMessage)
+		done(raw, nil)
+	}})
+}
+
+// Cancel cancels the client's call rid, if it is in flight (another client's ids are
+// not in this table).
+func (e *Endpoint) Cancel(rid string) {
+	e.mu.Lock()
+	cancel := e.inflight[rid]
+	e.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// Inflight returns how many calls of the client are in flight.
+func (e *Endpoint) Inflight() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.inflight)
+}
+
+// Close ends the connection: every call of the client still in flight is cancelled
+// (only the calls: work a service owns is not this connection's to cancel).
+func (e *Endpoint) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.stop()
+}
+
+// Loopback is an in-process Connection to a provider host, with no sockets: the same
+// endpoint, request table, cancellation and strict JSON as a remote connection.
+type Loopback struct {
+	ep  *Endpoint
+	h   *Host
+	seq atomic.Uint64
+}
+
+// NewLoopback connects to provider as client.
+func NewLoopback(provider *Host, client Client) *Loopback {
+	return &Loopback{ep: provider.Endpoint(context.Background(), client), h: provider}
+}
+
+// Catalogue implements Connection.
+func (l *Loopback) Catalogue(context.Context) (Catalogue, error) { return l.h.Catalogue(), nil }
+
+// Call implements Connection.
+func (l *Loopback) Call(ctx context.Context, call Call) (json.RawMessage, error) {
+	rid := strconv.FormatUint(l.seq.Add(1), 10)
+	type result struct {
+		raw json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
+	l.ep.Serve(rid, call, func(raw json.RawMessage, err error) { done <- result{raw, err} })
+	select {
+	case r := <-done:
+		return r.raw, r.err
+	case <-ctx.Done():
+		l.ep.Cancel(rid)
+		return nil, cancelled(ctx)
+	}
+}
+
+// Close disconnects: the provider cancels this client's calls in flight.
+func (l *Loopback) Close() { l.ep.Close() }

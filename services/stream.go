@@ -1,0 +1,196 @@
+package services
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// Service traffic over STREAM is ordinary packets with reserved names. The server
+// reads only their names and metadata (the control fields); the payload is the call's
+// JSON arguments or result, which only the service endpoint decodes. See
+// docs/services.md.
+const (
+	// NameCatalogue: Request, empty payload → Response, JSON Catalogue.
+	NameCatalogue = "$svc.catalogue"
+	// NameCall: Request; metadata MetaService, MetaMember, MetaRequest and optionally
+	// the W3C trace context; payload the JSON arguments → Response with the JSON result
+	// (empty for none), or Error with a service code.
+	NameCall = "$svc.call"
+	// NameCancel: Send; metadata MetaRequest: cancel that call of this connection.
+	NameCancel = "$svc.cancel"
+
+	MetaService = "svc"
+	MetaMember  = "member"
+	MetaRequest = "rid"
+)
+
+// StreamServer serves a host's RPC-capable services to the clients of a STREAM node:
+// one Endpoint per session, created on its first service packet and closed when the
+// session ends (which cancels that session's calls, no one else's).
+type StreamServer struct {
+	h   *Host
+	mu  sync.Mutex
+	eps map[*session.Peer]*Endpoint
+}
+
+// NewStreamServer serves h.
+func NewStreamServer(h *Host) *StreamServer {
+	return &StreamServer{h: h, eps: map[*session.Peer]*Endpoint{}}
+}
+
+// Routes adds the service packets to m.
+func (s *StreamServer) Routes(m *session.Mux) *session.Mux {
+	return m.Request(NameCatalogue, s.catalogue).Request(NameCall, s.call).Send(NameCancel, s.cancel)
+}
+
+// Sessions returns how many sessions have a service endpoint open.
+func (s *StreamServer) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.eps)
+}
+
+func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ep := s.eps[p]; ep != nil {
+		return ep
+	}
+	ep := s.h.Endpoint(p.Context(), Client{ID: p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10), Transport: p.Transport()})
+	s.eps[p] = ep
+	p.AfterDisconnect(func(context.Context, wire.CloseReason) {
+		ep.Close()
+		s.mu.Lock()
+		delete(s.eps, p)
+		s.mu.Unlock()
+	})
+	return ep
+}
+
+func (s *StreamServer) catalogue(_ context.Context, p *session.Packet) error {
+	return p.ReplyValue(s.h.Catalogue())
+}
+
+func (s *StreamServer) call(_ context.Context, p *session.Packet) error {
+	call, rid, err := CallFromPacket(p)
+	if err != nil {
+		return replyError(p, err)
+	}
+	s.endpoint(p.Peer).Serve(rid, call, func(raw json.RawMessage, err error) {
+		if err != nil {
+			_ = replyError(p, err)
+			return
+		}
+		_ = p.Reply(wire.CodecJSON, raw)
+	})
+	return nil // answered when the call ends; the session goes on with its next packet
+}
+
+func (s *StreamServer) cancel(_ context.Context, p *session.Packet) error {
+	if rid, ok := p.Metadata.Get(MetaRequest); ok {
+		s.mu.Lock()
+		ep := s.eps[p.Peer]
+		s.mu.Unlock()
+		if ep != nil {
+			ep.Cancel(rid)
+		}
+	}
+	return nil
+}
+
+// CallFromPacket reads a NameCall packet's control fields: the call and the client's
+// request id. Its payload is taken as the arguments, undecoded.
+func CallFromPacket(p *session.Packet) (Call, string, error) {
+	svc, _ := p.Metadata.Get(MetaService)
+	mem, _ := p.Metadata.Get(MetaMember)
+	rid, _ := p.Metadata.Get(MetaRequest)
+	switch {
+	case svc == "" || mem == "" || rid == "":
+		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: "a service call needs the svc, member and rid metadata"}
+	case p.Codec != wire.CodecJSON && p.Codec != wire.CodecRaw:
+		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service calls carry JSON, not codec %d", p.Codec)}
+	}
+	call := Call{Service: svc, Member: mem, Args: p.Payload}
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := p.Metadata.Get(k); ok {
+			if call.Trace == nil {
+				call.Trace = map[string]string{}
+			}
+			call.Trace[k] = v
+		}
+	}
+	return call, rid, nil
+}
+
+func replyError(p *session.Packet, err error) error {
+	we := wireError(err)
+	return p.ReplyError(we.Code, we.Message)
+}
+
+// StreamConnection is a Connection to the services of a meshnode over STREAM, through
+// a Go connector (connected by the caller, who also closes it).
+type StreamConnection struct {
+	c   *connector.Connector
+	seq atomic.Uint64
+}
+
+// NewStreamConnection uses c for service calls.
+func NewStreamConnection(c *connector.Connector) *StreamConnection {
+	return &StreamConnection{c: c}
+}
+
+// Catalogue implements Connection.
+func (s *StreamConnection) Catalogue(ctx context.Context) (Catalogue, error) {
+	var cat Catalogue
+	if err := s.c.Request(ctx, NameCatalogue, nil, &cat); err != nil {
+		return cat, fromConnector(ctx, err)
+	}
+	return cat, nil
+}
+
+// Call implements Connection. When ctx ends first, a NameCancel for this call follows.
+func (s *StreamConnection) Call(ctx context.Context, call Call) (json.RawMessage, error) {
+	rid := strconv.FormatUint(s.seq.Add(1), 10)
+	opts := []connector.CallOption{
+		connector.WithMetadata(MetaService, call.Service),
+		connector.WithMetadata(MetaMember, call.Member),
+		connector.WithMetadata(MetaRequest, rid),
+	}
+	for k, v := range call.Trace {
+		opts = append(opts, connector.WithMetadata(k, v))
+	}
+	r, err := s.c.RequestRaw(ctx, NameCall, wire.CodecJSON, call.Args, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Best effort: the provider stops this call; a lost cancel only means the
+			// call runs to its end unobserved.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connector.DefaultRequestTimeout)
+			_ = s.c.Send(cctx, NameCancel, nil, connector.WithMetadata(MetaRequest, rid))
+			cancel()
+		}
+		return nil, fromConnector(ctx, err)
+	}
+	return json.RawMessage(r.Payload), nil
+}
+
+// fromConnector maps a connector error to a service error.
+func fromConnector(ctx context.Context, err error) error {
+	var re *connector.RemoteError
+	switch {
+	case errors.As(err, &re):
+		return &Error{Code: re.Code, Message: re.Message}
+	case ctx.Err() != nil:
+		return cancelled(ctx)
+	default:
+		return &Error{Code: CodeDisconnected, Message: err.Error()}
+	}
+}
