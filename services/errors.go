@@ -38,22 +38,22 @@ func Errorf(code, format string, args ...any) *Error {
 
 // The stable codes of the service layer.
 const (
-	CodeCancelled          = "cancelled"            // the caller cancelled this one call
-	CodeDisconnected       = "disconnected"         // the connection dropped with the call in flight
-	CodeUnavailable        = "unavailable"          // no provider is bound (withdrawn, not connected)
-	CodeSetupPhase         = "setup_phase"          // a facade used during facet setup
-	CodeUnknownService     = "unknown_service"      // no such RPC-capable service here
-	CodeUnknownMember      = "unknown_member"       // no such member of the service
-	CodeInvalidArguments   = "invalid_arguments"    // arguments are not the member's JSON shape
-	CodeInvalidResult      = "invalid_result"       // the provider's result is not JSON
-	CodeStaleGeneration    = "stale_generation"     // a frame of a previous route or generation
-	CodeNotAttached        = "not_attached"         // a session service with no session attached
-	CodeNotAuthorized      = "not_authorized"       // attach or a call the caller may not make
-	CodeUnknownSession     = "unknown_session"      // attach to a session (Actor) that does not exist
-	CodeSessionUnavailable = "session_unavailable"  // the session worker is gone
+	CodeCancelled          = "cancelled"               // the caller cancelled this one call
+	CodeDisconnected       = "disconnected"            // the connection dropped with the call in flight
+	CodeUnavailable        = "unavailable"             // no provider is bound (withdrawn, not connected)
+	CodeSetupPhase         = "setup_phase"             // a facade used during facet setup
+	CodeUnknownService     = "unknown_service"         // no such RPC-capable service here
+	CodeUnknownMember      = "unknown_member"          // no such member of the service
+	CodeInvalidArguments   = "invalid_arguments"       // arguments are not the member's JSON shape
+	CodeInvalidResult      = "invalid_result"          // the provider's result is not JSON
+	CodeStaleGeneration    = "stale_generation"        // a frame of a previous route or generation
+	CodeNotAttached        = "not_attached"            // a session service with no session attached
+	CodeNotAuthorized      = "not_authorized"          // attach or a call the caller may not make
+	CodeUnknownSession     = "unknown_session"         // attach to a session (Actor) that does not exist
+	CodeSessionUnavailable = "session_unavailable"     // the session worker is gone
 	CodeNotImplemented     = "service_not_implemented" // a member the provider left unset
-	CodeDuplicateRequest   = "duplicate_request"    // a request id already in flight on this connection
-	CodeInternal           = "internal"             // an unexpected failure (details stay in the log)
+	CodeDuplicateRequest   = "duplicate_request"       // a request id already in flight on this connection
+	CodeInternal           = "internal"                // an unexpected failure (details stay in the log)
 )
 
 // Sentinels for errors.Is.

@@ -46,7 +46,7 @@ type instance struct {
 type callMsg struct {
 	ctx    context.Context
 	member string
-	local  bool            // in holds a Go value (same process); else args holds JSON
+	local  bool // in holds a Go value (same process); else args holds JSON
 	in     any
 	args   json.RawMessage
 	reply  func(v any, err error)
