@@ -40,7 +40,8 @@ type Bad struct {
 
 type Echo struct {
 	Say     services.Method[SayArgs, SayReply]
-	Hold    services.Method[struct{}, struct{}] // a Task: waits until its context ends or the test releases it
+	Hold    services.Method[SayArgs, struct{}]  // a Task: waits until its context ends or the test releases it
+	BadIn   services.Method[Bad, struct{}]      // takes a float (NaN is not JSON)
 	BadOut  services.Method[struct{}, Bad]      // answers a value that is not JSON (NaN)
 	Unset   services.Method[struct{}, struct{}] // never implemented
 	Context services.Method[struct{}, SayReply] // reports what the endpoint's context holds
@@ -49,6 +50,7 @@ type Echo struct {
 var EchoToken = services.Define("test.echo", func(d *services.Describer, e *Echo) {
 	services.DescribeMethod(d, "say", &e.Say)
 	services.DescribeMethod(d, "hold", &e.Hold)
+	services.DescribeMethod(d, "badIn", &e.BadIn)
 	services.DescribeMethod(d, "badOut", &e.BadOut)
 	services.DescribeMethod(d, "unset", &e.Unset)
 	services.DescribeMethod(d, "context", &e.Context)
@@ -61,8 +63,8 @@ var SecretToken = services.Define("test.secret", func(d *services.Describer, e *
 
 type callerKey struct{}
 
-// holds records what Hold calls saw: each call's context end, by the text of its
-// client, and lets a test release them.
+// holds records what Hold calls saw: each call's context end, by the call's tag, and
+// lets a test release them.
 type holds struct {
 	mu       sync.Mutex
 	started  map[string]int
@@ -95,8 +97,8 @@ func echoImpl(by string, hs *holds) *Echo {
 			c, _ := services.ClientOf(ctx)
 			return SayReply{Text: in.Text, By: by, Client: c.ID}, nil
 		}),
-		Hold: services.Task(func(ctx context.Context, _ struct{}) (struct{}, error) {
-			c, _ := services.ClientOf(ctx)
+		Hold: services.Task(func(ctx context.Context, in SayArgs) (struct{}, error) {
+			c := struct{ ID string }{in.Text} // calls are told apart by their tag
 			if hs != nil {
 				hs.mu.Lock()
 				hs.started[c.ID]++
@@ -116,6 +118,7 @@ func echoImpl(by string, hs *holds) *Echo {
 			}
 			return struct{}{}, nil
 		}),
+		BadIn: services.Func(func(context.Context, Bad) (struct{}, error) { return struct{}{}, nil }),
 		BadOut: services.Func(func(context.Context, struct{}) (Bad, error) { return Bad{F: math.NaN()}, nil }),
 		Context: services.Func(func(ctx context.Context, _ struct{}) (SayReply, error) {
 			c, ok := services.ClientOf(ctx)

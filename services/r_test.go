@@ -186,7 +186,7 @@ func TestR7_PublicationIsDrivenByTheToken(t *testing.T) {
 	if len(cat.Services) != 1 || cat.Services[0].ID != "test.echo" || cat.Services[0].Mode != "singleton" {
 		t.Fatalf("catalogue %+v, want test.echo only", cat)
 	}
-	if cat.Services[0].Members["say"] != "method" || len(cat.Services[0].Members) != 5 {
+	if cat.Services[0].Members["say"] != "method" || len(cat.Services[0].Members) != 6 {
 		t.Errorf("members %v", cat.Services[0].Members)
 	}
 }
