@@ -118,7 +118,7 @@ func echoImpl(by string, hs *holds) *Echo {
 			}
 			return struct{}{}, nil
 		}),
-		BadIn: services.Func(func(context.Context, Bad) (struct{}, error) { return struct{}{}, nil }),
+		BadIn:  services.Func(func(context.Context, Bad) (struct{}, error) { return struct{}{}, nil }),
 		BadOut: services.Func(func(context.Context, struct{}) (Bad, error) { return Bad{F: math.NaN()}, nil }),
 		Context: services.Func(func(ctx context.Context, _ struct{}) (SayReply, error) {
 			c, ok := services.ClientOf(ctx)
