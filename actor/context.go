@@ -80,6 +80,17 @@ type Pending struct {
 	answered bool
 }
 
+// Poster returns a function that delivers msg to this activation's Receive in a later
+// turn, from any goroutine (behind what its mailbox already holds); once the activation
+// stopped it does nothing. It is how an Actor gets back the result of work it handed to
+// a goroutine, to answer a Pending in its own turn.
+func (c *Context) Poster() func(msg any) {
+	h, pid := c.host, c.act.pid
+	return func(msg any) {
+		h.system.Root.Send(pid, turnCallback{fn: func(t *Turn) { t.Deliver(msg) }})
+	}
+}
+
 // Later takes the turn's request out of the turn, to be answered in a later turn: the
 // Actor can take other messages meanwhile (a request waiting for another Actor, a
 // long computation handed to a goroutine that sends its result back).

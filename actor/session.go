@@ -36,6 +36,9 @@ type SessionPacket struct {
 	Request  bool
 	Session  SessionID
 	Sequence uint64 // session sequence: ingress order within the session
+	// Metadata is the STREAM packet's metadata, as the client sent it (keys of the
+	// reserved "zlink." namespace removed).
+	Metadata wire.Metadata
 
 	codecs *codec.Registry
 	reply  func(kind wire.Kind, c wire.Codec, payload []byte) error

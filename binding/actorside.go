@@ -144,9 +144,11 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 			return b.replyRelayed(t, cur, seq, k, c, payload)
 		}
 	}
-	t.Deliver(actor.NewSessionPacket(rec.Payload.PacketName, codecOf(b.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data,
+	pkt := actor.NewSessionPacket(rec.Payload.PacketName, codecOf(b.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data,
 		request, actor.SessionID{RID: tail.SourceSessionRID, BindingGeneration: tail.SourceBindingGeneration}, seq,
-		b.opts.Codecs, replyFn))
+		b.opts.Codecs, replyFn)
+	pkt.Metadata = packetMetadata(rec.Metadata)
+	t.Deliver(pkt)
 }
 
 // The Actor-facing surface: the binding layer is the Actor host's session bridge

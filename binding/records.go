@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -45,10 +46,29 @@ func relayRecord(fence actor.RouteFence, sessionRid string, gen, seq uint64, pkt
 		},
 		Payload: &wire.Payload{PacketName: pkt.Name, ContentType: contentType(codecs, pkt.Codec), Data: pkt.Payload},
 	}
+	for _, e := range pkt.Metadata {
+		if !strings.HasPrefix(e.Key, reservedMetaPrefix) { // a client cannot set the relay's own keys
+			rec.Metadata = append(rec.Metadata, wire.MetadataEntry{Key: e.Key, Value: e.Value})
+		}
+	}
 	if pkt.IsRequest() {
-		rec.Metadata = wire.Metadata{{Key: kindKey, Value: "request"}}
+		rec.Metadata = append(rec.Metadata, wire.MetadataEntry{Key: kindKey, Value: "request"})
 	}
 	return rec
+}
+
+// reservedMetaPrefix is the namespace of the relay's own metadata keys on record 24.
+const reservedMetaPrefix = "zlink."
+
+// packetMetadata returns the client's metadata of a relayed record.
+func packetMetadata(m wire.Metadata) swire.Metadata {
+	var out swire.Metadata
+	for _, e := range m {
+		if !strings.HasPrefix(e.Key, reservedMetaPrefix) {
+			out = append(out, swire.MetadataEntry{Key: e.Key, Value: e.Value})
+		}
+	}
+	return out
 }
 
 // contentType returns the content type of a STREAM codec number.

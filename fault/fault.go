@@ -123,6 +123,14 @@ func Code(err error) string {
 	return k.Code()
 }
 
+// WireError is an error that chooses its own wire code and message (a layer with a
+// code namespace of its own, such as the service calls' codes); Public passes it as it
+// is.
+type WireError interface {
+	error
+	WireError() (code, message string)
+}
+
 // InternalMessage is the message a client gets for an error without a kind.
 const InternalMessage = "internal failure"
 
@@ -132,6 +140,10 @@ const InternalMessage = "internal failure"
 // unexpected error (paths, addresses, internals) never reaches a client. Log such an
 // error where it is handled.
 func Public(err error) (code, message string) {
+	var w WireError
+	if errors.As(err, &w) {
+		return w.WireError()
+	}
 	if k, ok := Of(err); ok && k != InternalFailure {
 		return k.Code(), err.Error()
 	}

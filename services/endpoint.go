@@ -108,9 +108,9 @@ type Endpoint struct {
 // Endpoint opens the serving side of a client's connection; ctx is the connection's
 // lifetime (its end cancels the client's calls, as Close does).
 func (h *Host) Endpoint(ctx context.Context, client Client) *Endpoint {
-	ctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	ctx, stop := context.WithCancel(ctx)
 	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}}
-	context.AfterFunc(ctx, e.Close)
+	context.AfterFunc(ctx, e.Close) // the connection's end (or Close) closes the endpoint
 	return e
 }
 

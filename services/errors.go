@@ -23,6 +23,9 @@ func (e *Error) Error() string {
 	return "services: " + e.Code + ": " + e.Message
 }
 
+// WireError gives the code and message a STREAM Error frame carries (fault.WireError).
+func (e *Error) WireError() (code, message string) { return e.Code, e.Message }
+
 // Is matches any *Error with the same Code, so errors.Is(err, services.ErrUnknownService)
 // holds for every unknown-service failure whatever its message.
 func (e *Error) Is(target error) bool {

@@ -179,7 +179,7 @@ func connectStream(t *testing.T, p *services.Host) (services.Connection, func())
 	t.Helper()
 	ep, ok := streamServers.Load(p)
 	if !ok {
-		srv := services.NewStreamServer(p)
+		srv := services.NewStreamServer(p, nil)
 		h := session.NewHost(session.HostOptions{Logger: quiet()})
 		h.AddStreamNode("svc").Bind("tcp://127.0.0.1:0").Session(srv.Routes(session.NewMux("svc")).Type())
 		if err := h.Start(context.Background()); err != nil {

@@ -204,9 +204,14 @@ func (h *Host) assemble(ctx context.Context) error {
 		entry CatalogueEntry
 	}
 	offers := map[string][]offer{}
+	var provisional []Connection // selected-session connections with no attachment yet
 	for i, c := range h.conns {
 		cat, err := c.Catalogue(ctx)
 		if err != nil {
+			if p, ok := c.(interface{ provisional() bool }); ok && p.provisional() && errors.Is(err, ErrNotAttached) {
+				provisional = append(provisional, c)
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%w: connection %d: catalogue: %w", ErrAssembly, i, err))
 			continue
 		}
@@ -238,6 +243,14 @@ func (h *Host) assemble(ctx context.Context) error {
 				continue
 			}
 			os := offers[id]
+			if len(os) == 0 && len(provisional) == 1 && mode == Singleton {
+				// Accepted provisionally: calls fail not_attached until the presentation
+				// attaches, then go to the worker it selected.
+				if f := h.facades[id]; f != nil {
+					f.bindRemote(provisional[0])
+				}
+				continue
+			}
 			switch {
 			case len(os) == 0:
 				errs = append(errs, fmt.Errorf("%w: service %q required by facet %q has no provider (none of this host's facets provides it, no connection offers it)", ErrAssembly, id, e.facet))

@@ -31,6 +31,10 @@ const (
 	MetaService = "svc"
 	MetaMember  = "member"
 	MetaRequest = "rid"
+	// MetaScope "session" sends a packet to the attached session worker instead of
+	// the server's own services.
+	MetaScope    = "scope"
+	ScopeSession = "session"
 )
 
 // StreamServer serves a host's RPC-capable services to the clients of a STREAM node:
@@ -38,13 +42,29 @@ const (
 // session ends (which cancels that session's calls, no one else's).
 type StreamServer struct {
 	h   *Host
+	att *Attacher
 	mu  sync.Mutex
 	eps map[*session.Peer]*Endpoint
 }
 
-// NewStreamServer serves h.
-func NewStreamServer(h *Host) *StreamServer {
-	return &StreamServer{h: h, eps: map[*session.Peer]*Endpoint{}}
+// NewStreamServer serves h; with att, packets of scope "session" go to the session
+// worker each session is attached to (without att they are refused not_attached).
+func NewStreamServer(h *Host, att *Attacher) *StreamServer {
+	return &StreamServer{h: h, att: att, eps: map[*session.Peer]*Endpoint{}}
+}
+
+// toSession reports whether p is session-scoped, and routes it if so.
+func (s *StreamServer) toSession(ctx context.Context, p *session.Packet) (bool, error) {
+	if scope, _ := p.Metadata.Get(MetaScope); scope != ScopeSession {
+		return false, nil
+	}
+	if s.att == nil {
+		if p.IsRequest() {
+			return true, replyError(p, &Error{Code: CodeNotAttached, Message: "this server has no session workers"})
+		}
+		return true, nil
+	}
+	return true, s.att.relay(ctx, p)
 }
 
 // Routes adds the service packets to m.
@@ -65,7 +85,7 @@ func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
 	if ep := s.eps[p]; ep != nil {
 		return ep
 	}
-	ep := s.h.Endpoint(p.Context(), Client{ID: p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10), Transport: p.Transport()})
+	ep := s.h.Endpoint(context.WithValue(p.Context(), peerKey{}, p), Client{ID: p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10), Transport: p.Transport()})
 	s.eps[p] = ep
 	p.AfterDisconnect(func(context.Context, wire.CloseReason) {
 		ep.Close()
@@ -76,11 +96,17 @@ func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
 	return ep
 }
 
-func (s *StreamServer) catalogue(_ context.Context, p *session.Packet) error {
+func (s *StreamServer) catalogue(ctx context.Context, p *session.Packet) error {
+	if routed, err := s.toSession(ctx, p); routed {
+		return err
+	}
 	return p.ReplyValue(s.h.Catalogue())
 }
 
-func (s *StreamServer) call(_ context.Context, p *session.Packet) error {
+func (s *StreamServer) call(ctx context.Context, p *session.Packet) error {
+	if routed, err := s.toSession(ctx, p); routed {
+		return err
+	}
 	call, rid, err := CallFromPacket(p)
 	if err != nil {
 		return replyError(p, err)
@@ -95,7 +121,10 @@ func (s *StreamServer) call(_ context.Context, p *session.Packet) error {
 	return nil // answered when the call ends; the session goes on with its next packet
 }
 
-func (s *StreamServer) cancel(_ context.Context, p *session.Packet) error {
+func (s *StreamServer) cancel(ctx context.Context, p *session.Packet) error {
+	if routed, err := s.toSession(ctx, p); routed {
+		return err
+	}
 	if rid, ok := p.Metadata.Get(MetaRequest); ok {
 		s.mu.Lock()
 		ep := s.eps[p.Peer]
@@ -110,18 +139,22 @@ func (s *StreamServer) cancel(_ context.Context, p *session.Packet) error {
 // CallFromPacket reads a NameCall packet's control fields: the call and the client's
 // request id. Its payload is taken as the arguments, undecoded.
 func CallFromPacket(p *session.Packet) (Call, string, error) {
-	svc, _ := p.Metadata.Get(MetaService)
-	mem, _ := p.Metadata.Get(MetaMember)
-	rid, _ := p.Metadata.Get(MetaRequest)
+	return callFromMetadata(p.Metadata.Get, p.Payload, p.Codec)
+}
+
+func callFromMetadata(get func(string) (string, bool), payload []byte, c wire.Codec) (Call, string, error) {
+	svc, _ := get(MetaService)
+	mem, _ := get(MetaMember)
+	rid, _ := get(MetaRequest)
 	switch {
 	case svc == "" || mem == "" || rid == "":
 		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: "a service call needs the svc, member and rid metadata"}
-	case p.Codec != wire.CodecJSON && p.Codec != wire.CodecRaw:
-		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service calls carry JSON, not codec %d", p.Codec)}
+	case c != wire.CodecJSON && c != wire.CodecRaw:
+		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service calls carry JSON, not codec %d", c)}
 	}
-	call := Call{Service: svc, Member: mem, Args: p.Payload}
+	call := Call{Service: svc, Member: mem, Args: payload}
 	for _, k := range []string{"traceparent", "tracestate"} {
-		if v, ok := p.Metadata.Get(k); ok {
+		if v, ok := get(k); ok {
 			if call.Trace == nil {
 				call.Trace = map[string]string{}
 			}
@@ -148,6 +181,28 @@ func NewStreamConnection(c *connector.Connector) *StreamConnection {
 	return &StreamConnection{c: c}
 }
 
+// Session returns the connection to the session services of the worker this client
+// attaches to (through SessionManagement): the same STREAM connection, its packets
+// marked session-scoped. Until an attach its calls fail with ErrNotAttached, and a host
+// assembling against it accepts its unresolved requirements provisionally.
+func (s *StreamConnection) Session() Connection { return sessionConnection{s} }
+
+type sessionConnection struct{ s *StreamConnection }
+
+func (sc sessionConnection) provisional() bool { return true }
+
+func (sc sessionConnection) Catalogue(ctx context.Context) (Catalogue, error) {
+	var cat Catalogue
+	if err := sc.s.c.Request(ctx, NameCatalogue, nil, &cat, connector.WithMetadata(MetaScope, ScopeSession)); err != nil {
+		return cat, fromConnector(ctx, err)
+	}
+	return cat, nil
+}
+
+func (sc sessionConnection) Call(ctx context.Context, call Call) (json.RawMessage, error) {
+	return sc.s.call(ctx, call, connector.WithMetadata(MetaScope, ScopeSession))
+}
+
 // Catalogue implements Connection.
 func (s *StreamConnection) Catalogue(ctx context.Context) (Catalogue, error) {
 	var cat Catalogue
@@ -159,6 +214,10 @@ func (s *StreamConnection) Catalogue(ctx context.Context) (Catalogue, error) {
 
 // Call implements Connection. When ctx ends first, a NameCancel for this call follows.
 func (s *StreamConnection) Call(ctx context.Context, call Call) (json.RawMessage, error) {
+	return s.call(ctx, call)
+}
+
+func (s *StreamConnection) call(ctx context.Context, call Call, extra ...connector.CallOption) (json.RawMessage, error) {
 	rid := strconv.FormatUint(s.seq.Add(1), 10)
 	opts := []connector.CallOption{
 		connector.WithMetadata(MetaService, call.Service),
@@ -168,13 +227,14 @@ func (s *StreamConnection) Call(ctx context.Context, call Call) (json.RawMessage
 	for k, v := range call.Trace {
 		opts = append(opts, connector.WithMetadata(k, v))
 	}
+	opts = append(opts, extra...)
 	r, err := s.c.RequestRaw(ctx, NameCall, wire.CodecJSON, call.Args, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Best effort: the provider stops this call; a lost cancel only means the
 			// call runs to its end unobserved.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connector.DefaultRequestTimeout)
-			_ = s.c.Send(cctx, NameCancel, nil, connector.WithMetadata(MetaRequest, rid))
+			_ = s.c.Send(cctx, NameCancel, nil, append([]connector.CallOption{connector.WithMetadata(MetaRequest, rid)}, extra...)...)
 			cancel()
 		}
 		return nil, fromConnector(ctx, err)
