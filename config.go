@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/meshnode/meshnode/services"
+
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/meshnode/meshnode/actor"
@@ -86,6 +88,18 @@ type Config struct {
 	MaxPanics       int
 	PanicWindow     time.Duration
 
+	// Plugin services.
+
+	// Services returns the server facets of the node's services host: the server
+	// services every STREAM client of the node reaches (when the session serves them:
+	// Node.ServeServices) and the session workers on the node use. nil: no services
+	// host unless ServiceWorker is set.
+	Services func(n *Node) []services.Facet
+	// ServiceWorker makes the Actors of its kind session workers: presentations attach
+	// to one (SessionManagement) and their session-service calls go to it, on any
+	// node.
+	ServiceWorker *ServiceWorker
+
 	// Binding carries the bounds and timeouts of sessions bound to Actors (relay
 	// timeout, relayed requests, relay window, bindings per session). Its Logger and
 	// MeterProvider default to the node's.
@@ -94,6 +108,14 @@ type Config struct {
 	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+}
+
+// ServiceWorker is a session-worker Actor kind: each activation runs Facets (session
+// facets); Authorize (nil: anyone) decides who may attach to which worker.
+type ServiceWorker struct {
+	Kind      string
+	Facets    []services.Facet
+	Authorize services.Authorize
 }
 
 // DefaultLANConfig is the production preset: memberlist's LAN timing, the binary's
@@ -138,6 +160,9 @@ func (c *Config) validate() error {
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return configError("TLSCertFile", "TLSCertFile and TLSKeyFile go together")
+	}
+	if w := c.ServiceWorker; w != nil && (w.Kind == "" || len(w.Facets) == 0) {
+		return configError("ServiceWorker", "needs a Kind and its session Facets")
 	}
 	if c.MeshPort < 0 || c.MeshPort > 65535 {
 		return configError("MeshPort", "%d is not a port", c.MeshPort)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshnode/meshnode/services"
+
 	"go.opentelemetry.io/otel"
 
 	"github.com/meshnode/meshnode/actor"
@@ -26,6 +28,10 @@ type Node struct {
 	actors *actor.Host
 	binder *binding.Binder
 	stream *session.Host // nil without Streams
+
+	services  *services.Host // nil without Services or ServiceWorker
+	attacher  *services.Attacher
+	svcStream *services.StreamServer
 
 	stopOnce sync.Once
 	stopErr  error
@@ -82,8 +88,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		bo.MeterProvider = cfg.MeterProvider
 	}
 	n.binder = binding.New(n.mesh, n.actors, bo)
+	if err := n.startServices(ctx); err != nil {
+		n.binder.Stop()
+		n.actors.Close()
+		n.leave()
+		return nil, err
+	}
 	if len(cfg.Streams) > 0 {
 		if err := n.startStream(ctx); err != nil {
+			n.closeServices()
 			n.binder.Stop()
 			n.actors.Close()
 			n.leave()
@@ -91,6 +104,54 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// startServices registers the session-worker kind and starts the server services host.
+func (n *Node) startServices(ctx context.Context) error {
+	cfg := n.cfg
+	if w := cfg.ServiceWorker; w != nil {
+		kind := services.WorkerKind(w.Kind, services.WorkerOptions{Server: n.Services, HostOptions: services.HostOptions{Logger: cfg.Logger}}, w.Facets...)
+		if err := n.actors.Register(kind); err != nil {
+			return fmt.Errorf("meshnode: Config.ServiceWorker: %w", err)
+		}
+		n.attacher = services.NewAttacher(n.binder, w.Kind, w.Authorize)
+	}
+	if cfg.Services == nil && n.attacher == nil {
+		return nil
+	}
+	var facets []services.Facet
+	if cfg.Services != nil {
+		facets = cfg.Services(n)
+	}
+	if n.attacher != nil {
+		facets = append(facets, n.attacher.Facet())
+	}
+	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger}, facets...)
+	if err != nil {
+		return fmt.Errorf("meshnode: Config.Services: %w", err)
+	}
+	n.services = h
+	n.svcStream = services.NewStreamServer(h, n.attacher)
+	return nil
+}
+
+func (n *Node) closeServices() {
+	if n.services != nil {
+		_ = n.services.Close(context.Background())
+	}
+}
+
+// Services returns the node's server services host (nil when the node has none).
+func (n *Node) Services() *services.Host { return n.services }
+
+// ServeServices adds the service packets to m, so that the session serves the node's
+// server services and routes session-service calls to attached workers. Without a
+// services host it returns m unchanged.
+func (n *Node) ServeServices(m *session.Mux) *session.Mux {
+	if n.svcStream == nil {
+		return m
+	}
+	return n.svcStream.Routes(m)
 }
 
 func (n *Node) startStream(ctx context.Context) error {
@@ -188,7 +249,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			}
 		}
 		n.binder.Stop()
-		n.actors.Close()
+		n.actors.Close() // session workers close their hosts here
+		n.closeServices()
 		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		if err := n.mesh.Leave(lctx); err != nil {
@@ -208,6 +270,7 @@ func (n *Node) Close() error {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.closeServices()
 		n.stopErr = n.leave()
 	})
 	return n.stopErr
@@ -233,6 +296,7 @@ func (n *Node) kill() {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.closeServices()
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/meshnode/meshnode/binding"
 	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
 )
 
@@ -217,8 +218,12 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	nc.Timing = c.meshPreset
 	nc.Streams = c.streams
 	nc.StreamName = c.nodeName
-	nc.Session = func(n *meshnode.Node) session.SessionType { return sampleapp.Mux(n.Binder()).Type() }
+	nc.Session = func(n *meshnode.Node) session.SessionType { return n.ServeServices(sampleapp.Mux(n.Binder())).Type() }
 	nc.Kinds = sampleapp.Kinds()
+	nc.Services = func(n *meshnode.Node) []services.Facet {
+		return []services.Facet{sampleapp.NodeInfoFacet(func() string { return n.ID().RID }, func() int { return len(n.Membership().Live()) })}
+	}
+	nc.ServiceWorker = &meshnode.ServiceWorker{Kind: sampleapp.WorkerKind, Facets: []services.Facet{sampleapp.CounterFacet()}}
 	nc.TLSCertFile, nc.TLSKeyFile, nc.TLSClientCAFile = c.tlsCert, c.tlsKey, c.tlsClientCA
 	nc.MaxMessageSize = c.maxMessageSize
 	if nc.MaxMessageSize == 0 {

@@ -17,6 +17,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var ce *callFailed
+		if errors.As(err, &ce) {
+			fmt.Fprintln(os.Stderr, ce.Error())
+			os.Exit(1)
+		}
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "meshnode:", err)
 		}
@@ -37,6 +42,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			args = args[1:]
 		case "members":
 			return runMembers(ctx, args[1:], stdout, stderr)
+		case "call":
+			return runCall(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseServeFlags(args, stderr)

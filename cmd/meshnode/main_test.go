@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -238,5 +239,43 @@ func TestBinaryWebSocketOriginFlag(t *testing.T) {
 	}
 	if _, err := dial("https://app.example.com"); err != nil {
 		t.Errorf("the listed origin: %v", err)
+	}
+}
+
+// meshnode call: the sample's server service nodeinfo and, after --attach, the session
+// service counter on a worker Actor; a failed call prints its code and exits 1.
+func TestBinaryCallServerAndSessionServices(t *testing.T) {
+	addrs, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--admin", "", "--mesh", "127.0.0.1:0",
+		"--remote", "127.0.0.1:0", "--node-id", "solo")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	call := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), append([]string{"call", "--stream", addrs["tcp"]}, args...), &out, &errb)
+		return strings.TrimSpace(out.String()), err
+	}
+	if out, err := call("nodeinfo.describe", "{}"); err != nil || out != `{"node":"solo","members":1}` {
+		t.Errorf("nodeinfo.describe: %q %v", out, err)
+	}
+	for _, want := range []string{`{"value":2}`, `{"value":4}`} {
+		if out, err := call("--attach", "w-1", "counter.add", `{"n":2}`); err != nil || out != want {
+			t.Errorf("counter.add on w-1: %q %v, want %s", out, err, want)
+		}
+	}
+	if out, err := call("--attach", "w-1", "counter.get", `{}`); err != nil || out != `{"value":4}` {
+		t.Errorf("counter.get: %q %v", out, err)
+	}
+	var cf *callFailed
+	if _, err := call("counter.get", `{}`); !errors.As(err, &cf) || cf.code != "not_attached" {
+		t.Errorf("a session service without --attach: %v, want not_attached", err)
+	}
+	if _, err := call("nope.describe", `{}`); !errors.As(err, &cf) || cf.code != "not_attached" && cf.code != "unknown_service" {
+		t.Errorf("an unknown service: %v", err)
+	}
+	if _, err := call("--attach", "w-1", "counter.add", `{"n":"two"}`); !errors.As(err, &cf) || cf.code != "invalid_arguments" {
+		t.Errorf("bad arguments: %v, want invalid_arguments", err)
 	}
 }
