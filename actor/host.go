@@ -13,6 +13,7 @@ import (
 	"time"
 
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/workpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
@@ -76,6 +77,7 @@ const DefaultIdleTimeout = 5 * time.Minute
 type Host struct {
 	node   *mesh.Node
 	system *proto.ActorSystem
+	pool   *workpool.Pool // runs activation turns on goroutines whose stacks have grown
 	log    *slog.Logger
 	dir    Directory
 
@@ -182,7 +184,7 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: nodert.SystemOf(node), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]mesh.ActorAddr{},
+	h := &Host{node: node, system: nodert.SystemOf(node), pool: workpool.New(300), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]mesh.ActorAddr{},
 		maxMailbox: opts.MaxMailbox, maxMailboxBytes: opts.MaxMailboxBytes, idleTimeout: opts.IdleTimeout}
 	if h.log == nil {
 		h.log = node.Logger()
@@ -317,6 +319,7 @@ func (h *Host) Close() {
 		_ = h.system.Root.StopFuture(a.pid).Wait()
 	}
 	_ = h.system.Root.StopFuture(h.dirPID).Wait()
+	h.pool.Release()
 }
 
 // activateLocalPlaced returns the local activation of id, creating it if needed.
@@ -356,7 +359,8 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	impl := k.New()
 	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} },
-		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }))
+		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }),
+		proto.WithDispatcher(h.pool))
 	pid, err := h.system.Root.SpawnNamed(props, activationName(a.fence.Ref))
 	if err != nil {
 		a.cancel()

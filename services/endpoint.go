@@ -136,9 +136,6 @@ func (e *Endpoint) Serve(rid string, call Call, done func(json.RawMessage, error
 	case svc.mode != Singleton:
 		done(nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("service %q is keyed: instance calls are not served yet", call.Service)})
 		return
-	case !validJSON(call.Args):
-		done(nil, &Error{Code: CodeInvalidArguments, Message: "the arguments are not one JSON value"})
-		return
 	case rid == "":
 		done(nil, &Error{Code: CodeInvalidArguments, Message: "a call needs a request id"})
 		return

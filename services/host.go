@@ -88,13 +88,10 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 		facades:  map[string]*facade{},
 		conns:    opts.Connections,
 	}
-	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(logfloor.New(h.log.Handler(), slog.LevelWarn))
-	}), actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
+	h.system = sharedSystem()
 	seen := map[string]bool{}
 	for _, f := range facets {
 		if f.ID == "" || f.Setup == nil || seen[f.ID] {
-			h.system.Shutdown()
 			return nil, fmt.Errorf("%w: facet %q: needs a unique id and a Setup", ErrAssembly, f.ID)
 		}
 		seen[f.ID] = true
@@ -102,7 +99,6 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 	}
 	if err := h.assemble(ctx); err != nil {
 		h.stopServices()
-		h.system.Shutdown()
 		return nil, err
 	}
 	if err := h.activate(ctx, h.order); err != nil {
@@ -374,7 +370,6 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	err := h.dispose(ctx, order)
 	h.stopServices()
-	h.system.Shutdown()
 	return err
 }
 
@@ -476,3 +471,14 @@ func (h *Host) checkReload(old, next *Env) error {
 	}
 	return nil
 }
+
+// sharedSystem is the process's actor system for service actors, created on first use
+// and shared by every host (a session worker's host is one per Actor activation: a
+// system each would cost tens of thousands of allocations). Service actors run on the
+// goroutine that submits a call (synchronized dispatch), so the system holds no
+// goroutine of its own while idle; each host stops its own actors on Close.
+var sharedSystem = sync.OnceValue(func() *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(logfloor.New(slog.Default().Handler(), slog.LevelWarn))
+	}), actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
+})

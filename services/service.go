@@ -57,7 +57,10 @@ type replaceMsg struct{ table *memberTable }
 
 func (s *service) start() {
 	s.table.Store(s.pending)
-	props := actor.PropsFromFunc(s.receive)
+	// Calls run on the goroutine that submits them when the service is idle (the
+	// session turn, the caller of a local facade): no goroutine hand-off per call.
+	// Calls stay serial; a Func that blocks holds its caller, so long work is a Task.
+	props := actor.PropsFromFunc(s.receive, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 	s.pid = s.host.system.Root.Spawn(props)
 }
 

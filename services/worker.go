@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"sync"
 
 	"github.com/meshnode/meshnode/actor"
 )
@@ -134,12 +135,42 @@ func (w *worker) packet(ctx *actor.Context, p *actor.SessionPacket) {
 			_ = ctx.ReplyError(err)
 			return
 		}
-		pending, err := ctx.Later()
-		if err != nil {
-			return
-		}
+		// A call that completes while Serve runs (a Func of an idle service runs on this
+		// goroutine) is answered in this turn; one that does not (a Task, a busy
+		// service) takes the request out of the turn and posts its result back.
+		var (
+			mu      sync.Mutex
+			inTurn  = true
+			now     *callDone
+			pending *actor.Pending
+		)
 		post := ctx.Poster()
-		ep.Serve(rid, call, func(raw json.RawMessage, err error) { post(callDone{pending: pending, raw: raw, err: err}) })
+		ep.Serve(rid, call, func(raw json.RawMessage, err error) {
+			mu.Lock()
+			if inTurn {
+				now = &callDone{raw: raw, err: err}
+				mu.Unlock()
+				return
+			}
+			p := pending
+			mu.Unlock()
+			if p != nil {
+				post(callDone{pending: p, raw: raw, err: err})
+			}
+		})
+		mu.Lock()
+		inTurn = false
+		if now == nil {
+			pending, _ = ctx.Later()
+		}
+		mu.Unlock()
+		if now != nil {
+			if now.err != nil {
+				_ = ctx.ReplyError(wireError(now.err))
+				return
+			}
+			_ = ctx.Reply([]byte(now.raw))
+		}
 	case NameCancel:
 		if rid, ok := p.Metadata.Get(MetaRequest); ok && w.ep != nil && p.Session == w.session {
 			w.ep.Cancel(rid)

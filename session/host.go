@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/workpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
@@ -68,7 +69,7 @@ type Host struct {
 	system     *actor.ActorSystem // the session-owner actors'; the host's own
 	systemDown bool
 	permits    *permitPool
-	dispatch   *workerDispatcher
+	dispatch   *workpool.Pool
 	metrics    *metrics
 	builders   []*NodeBuilder
 
@@ -202,7 +203,7 @@ func (h *Host) Start(ctx context.Context) error {
 	case h.maxConns < 0:
 		h.maxConns = 0
 	}
-	h.dispatch = newWorkerDispatcher(300)
+	h.dispatch = workpool.New(300)
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(quietActorLogger(h.log)))
 	mp := h.opts.MeterProvider
 	if mp == nil {
@@ -387,7 +388,7 @@ func (h *Host) finish() {
 		h.metrics.unregister()
 	}
 	if h.dispatch != nil {
-		h.dispatch.stop()
+		h.dispatch.Stop()
 	}
 	if h.system != nil && !h.systemDown {
 		h.system.Shutdown()

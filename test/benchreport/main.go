@@ -28,6 +28,8 @@ var pairs = []pair{
 	{"bound request/response, Actor on another node vs raw remote request", "BoundRequestCrossNode", "RawRemoteRequest", 0.40, 0.85},
 	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0, 0},
 	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0, 0.60},
+	{"service call over STREAM vs the plain echo Request", "ServiceCallServer", "ConnectorEcho", 0.60, 0},
+	{"session-service call, worker on another node vs bound room.echo", "ServiceCallSessionCrossNode", "BoundRequestCrossNode", 0.80, 0},
 	// The fast paths stay only while they earn their keep: each must beat its switch.
 	{"fast path: connector echo vs the same with caller reads off", "ConnectorEcho", "ConnectorEchoNoCallerReads", 1.10, 0},
 	{"fast path: server echo vs the same with inline turns off", "ServerEchoRawClient", "ServerEchoRawClientNoInlineTurns", 1.10, 0},
