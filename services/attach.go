@@ -166,19 +166,15 @@ func (a *Attacher) detach(ctx context.Context, _ struct{}) (struct{}, error) {
 }
 
 // relay sends a session-scoped service packet to the attached worker. The server reads
-// no payload: the packet goes as it is, its metadata with it.
-func (a *Attacher) relay(ctx context.Context, p *session.Packet) error {
+// no payload: the packet goes as it is, its metadata with it. A Request it cannot
+// route gets the returned error as its answer.
+func (a *Attacher) relay(ctx context.Context, p *session.Packet) *Error {
 	id := a.AttachedTo(p.Peer)
 	if id == "" {
-		if p.IsRequest() {
-			return replyError(p, &Error{Code: CodeNotAttached, Message: "no session is attached"})
-		}
-		return nil
+		return &Error{Code: CodeNotAttached, Message: "no session is attached"}
 	}
 	if err := a.binder.Relay(ctx, p, id); err != nil {
-		if p.IsRequest() {
-			return replyError(p, &Error{Code: CodeSessionUnavailable, Message: "the session worker cannot be reached"})
-		}
+		return &Error{Code: CodeSessionUnavailable, Message: "the session worker cannot be reached"}
 	}
 	return nil
 }

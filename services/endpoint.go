@@ -121,6 +121,18 @@ const MaxInflightPerClient = 1024
 // Serve runs one call of the client, identified by the client's request id rid, and
 // reports its result or error to done (once, from any goroutine).
 func (e *Endpoint) Serve(rid string, call Call, done func(json.RawMessage, error)) {
+	e.serve(rid, call, func(raw json.RawMessage, err error) {
+		var we *Error
+		if err != nil {
+			we = wireError(err)
+			err = we
+		}
+		e.h.stats.served(call.Service, call.Member, e.client.ID, we)
+		done(raw, err)
+	})
+}
+
+func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error)) {
 	h := e.h
 	h.mu.Lock()
 	svc := h.services[call.Service]

@@ -14,6 +14,7 @@ import (
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/connector"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -189,9 +190,16 @@ func connectStream(t *testing.T, p *services.Host) (services.Connection, func())
 		ep = h.Node("svc").Endpoints()[0]
 		streamServers.Store(p, ep)
 	}
-	c := testkit.DialConnector(t, ep.(string), wait)
+	c, closeC := connectStreamTo(t, ep.(string))
+	return services.NewStreamConnection(c), closeC
+}
+
+// connectStreamTo dials a connector to endpoint; it closes with the test.
+func connectStreamTo(t *testing.T, endpoint string) (*connector.Connector, func()) {
+	t.Helper()
+	c := testkit.DialConnector(t, endpoint, wait)
 	t.Cleanup(func() { _ = c.Close() })
-	return services.NewStreamConnection(c), func() { _ = c.Close() }
+	return c, func() { _ = c.Close() }
 }
 
 // remotePair starts a provider host and a consumer host connected to it over tr; the

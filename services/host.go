@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -30,6 +32,8 @@ type HostOptions struct {
 	Logger *slog.Logger
 	// TracerProvider starts the rpc.client and rpc.server spans (nil: otel's global).
 	TracerProvider trace.TracerProvider
+	// MeterProvider receives the call counters (nil: otel's global).
+	MeterProvider metric.MeterProvider
 }
 
 // Host assembles one process's facet graph: it runs every facet's setup, resolves each
@@ -44,6 +48,7 @@ type Host struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 	system *actor.ActorSystem
+	stats  *callMetrics
 
 	mu       sync.Mutex
 	phase    hostPhase
@@ -88,6 +93,7 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 		facades:  map[string]*facade{},
 		conns:    opts.Connections,
 	}
+	h.stats = newCallMetrics(opts.MeterProvider, h.log)
 	h.system = sharedSystem()
 	seen := map[string]bool{}
 	for _, f := range facets {

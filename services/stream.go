@@ -58,13 +58,19 @@ func (s *StreamServer) toSession(ctx context.Context, p *session.Packet) (bool, 
 	if scope, _ := p.Metadata.Get(MetaScope); scope != ScopeSession {
 		return false, nil
 	}
+	var err *Error
 	if s.att == nil {
-		if p.IsRequest() {
-			return true, replyError(p, &Error{Code: CodeNotAttached, Message: "this server has no session workers"})
-		}
+		err = &Error{Code: CodeNotAttached, Message: "this server has no session workers"}
+	} else {
+		err = s.att.relay(ctx, p)
+	}
+	if err == nil || !p.IsRequest() {
 		return true, nil
 	}
-	return true, s.att.relay(ctx, p)
+	svc, _ := p.Metadata.Get(MetaService)
+	mem, _ := p.Metadata.Get(MetaMember)
+	s.h.stats.served(svc, mem, clientID(p.Peer), err)
+	return true, replyError(p, err)
 }
 
 // Routes adds the service packets to m.
@@ -85,7 +91,7 @@ func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
 	if ep := s.eps[p]; ep != nil {
 		return ep
 	}
-	ep := s.h.Endpoint(context.WithValue(p.Context(), peerKey{}, p), Client{ID: p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10), Transport: p.Transport()})
+	ep := s.h.Endpoint(context.WithValue(p.Context(), peerKey{}, p), Client{ID: clientID(p), Transport: p.Transport()})
 	s.eps[p] = ep
 	p.AfterDisconnect(func(context.Context, wire.CloseReason) {
 		ep.Close()
@@ -94,6 +100,11 @@ func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
 		s.mu.Unlock()
 	})
 	return ep
+}
+
+// clientID is the identity of a STREAM session as this node accepted it.
+func clientID(p *session.Peer) string {
+	return p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10)
 }
 
 func (s *StreamServer) catalogue(ctx context.Context, p *session.Packet) error {
@@ -109,6 +120,7 @@ func (s *StreamServer) call(ctx context.Context, p *session.Packet) error {
 	}
 	call, rid, err := CallFromPacket(p)
 	if err != nil {
+		s.h.stats.served(call.Service, call.Member, clientID(p.Peer), wireError(err))
 		return replyError(p, err)
 	}
 	s.endpoint(p.Peer).Serve(rid, call, func(raw json.RawMessage, err error) {

@@ -1,0 +1,67 @@
+package services
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/internal/ratelog"
+)
+
+// callMetrics counts the calls a host serves and their failures, by code. Codes are a
+// bounded set: application codes count as "application".
+type callMetrics struct {
+	calls  metric.Int64Counter
+	failed metric.Int64Counter
+	log    *slog.Logger
+	rl     ratelog.Limiter
+}
+
+// knownCodes are the service layer's own codes (metric attribute values as they are).
+var knownCodes = map[string]bool{
+	CodeCancelled: true, CodeDisconnected: true, CodeUnavailable: true, CodeSetupPhase: true,
+	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeInvalidResult: true,
+	CodeStaleGeneration: true, CodeNotAttached: true, CodeNotAuthorized: true, CodeUnknownSession: true,
+	CodeSessionUnavailable: true, CodeNotImplemented: true, CodeDuplicateRequest: true, CodeInternal: true,
+}
+
+// badInput are the codes of a call the caller got wrong: logged once per interval.
+var badInput = map[string]bool{
+	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeDuplicateRequest: true,
+	CodeNotAttached: true, CodeStaleGeneration: true, CodeNotAuthorized: true, CodeInvalidResult: true,
+}
+
+func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter("github.com/meshnode/meshnode/services")
+	cm := &callMetrics{log: log}
+	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by outcome code (ok for a result)"))
+	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by code"))
+	return cm
+}
+
+// served records the outcome of one call of service.member from client.
+func (m *callMetrics) served(service, member, client string, err *Error) {
+	code := "ok"
+	if err != nil {
+		code = err.Code
+		if !knownCodes[code] {
+			code = "application"
+		}
+	}
+	attrs := metric.WithAttributes(attribute.String("code", code))
+	m.calls.Add(context.Background(), 1, attrs)
+	if err == nil {
+		return
+	}
+	m.failed.Add(context.Background(), 1, attrs)
+	if badInput[err.Code] {
+		m.rl.Log(m.log, slog.LevelInfo, "bad_call:"+err.Code, "services: a call was refused",
+			"code", err.Code, "service", service, "member", member, "client", client, "message", err.Message)
+	}
+}
