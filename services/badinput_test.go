@@ -129,3 +129,5 @@ func connectorTo(t *testing.T, endpoint string) *connector.Connector {
 	conn, _ := connectStreamTo(t, endpoint)
 	return conn
 }
+
+func withMeta(k, v string) connector.CallOption { return connector.WithMetadata(k, v) }

@@ -87,6 +87,9 @@ func (f *facade) checkMembers(e CatalogueEntry) error {
 // call runs member name of the bound provider: in as a Go value to a local provider,
 // enc()'s JSON to a remote one (the result then comes back as json.RawMessage).
 func (f *facade) call(ctx context.Context, name string, in any, enc func() (json.RawMessage, error)) (any, error) {
+	if ctx.Err() != nil {
+		return nil, cancelled(ctx) // an invocation already aborted starts nothing
+	}
 	switch f.state() {
 	case stateDisconnected:
 		return nil, &Error{Code: CodeSetupPhase, Message: fmt.Sprintf("%s.%s called before the host assembled its services", f.id, name)}

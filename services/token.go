@@ -193,6 +193,9 @@ func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) 
 				if err != nil {
 					return nil, err
 				}
+				if _, void := any(out).(struct{}); void {
+					return nil, nil // a void result: a success with no result
+				}
 				raw, err := encodeStrict(out)
 				if err != nil {
 					return nil, &Error{Code: CodeInvalidResult, Message: err.Error()}
