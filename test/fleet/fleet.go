@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,6 +168,13 @@ func (p *probe) Receive(ctx *actor.Context) {
 			if m.Request {
 				_ = ctx.Reply([]byte(`{}`))
 			}
+		case m.Name == "room.meta":
+			// What the Actor sees of a relayed packet's metadata and kind.
+			var keys []string
+			for _, e := range m.Metadata {
+				keys = append(keys, e.Key+"="+e.Value)
+			}
+			p.ev.Add(id, fmt.Sprintf("meta request=%v %s", m.Request, strings.Join(keys, ",")))
 		case m.Name == "room.fail" && m.Request:
 			// An error without a fault kind, whose text must not reach the client.
 			_ = ctx.ReplyError(errors.New("open /var/lib/secret: permission denied"))
