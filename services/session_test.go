@@ -11,27 +11,15 @@ import (
 
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
 )
 
-// The session-service fixture: a server service nodeinfo on every node, a session
-// service counter provided by session workers (Actors of kind "worker").
-
-type Description struct {
-	Node    string `json:"node"`
-	Members int    `json:"members"`
-}
-
-type NodeInfo struct {
-	Describe services.Method[struct{}, Description]
-}
-
-var NodeInfoToken = services.Define("test.nodeinfo", func(d *services.Describer, n *NodeInfo) {
-	services.DescribeMethod(d, "describe", &n.Describe)
-})
+// The session-service fixture: the sample's server service nodeinfo on every node, a
+// session service counter provided by session workers (Actors of kind "worker").
 
 type AddArgs struct {
 	N int `json:"n"`
@@ -58,17 +46,13 @@ var CounterToken = services.Define("test.counter", func(d *services.Describer, c
 })
 
 func nodeInfoFacet(n *meshnode.Node) services.Facet {
-	return services.Facet{ID: "nodeinfo", Setup: func(env *services.Env) {
-		services.Provide(env, NodeInfoToken, &NodeInfo{Describe: services.Func(func(context.Context, struct{}) (Description, error) {
-			return Description{Node: n.ID().RID, Members: len(n.Membership().Live())}, nil
-		})})
-	}}
+	return sampleapp.NodeInfoFacet(func() string { return n.ID().RID }, func() int { return len(n.Membership().Live()) })
 }
 
 // counterFacet is the session facet of a worker: its value lives with the activation.
 func counterFacet(hs *holds) services.Facet {
 	return services.Facet{ID: "counter", Setup: func(env *services.Env) {
-		info := services.Use(env, NodeInfoToken) // a server service of the worker's node
+		info := services.Use(env, sampleapp.NodeInfoToken) // a server service of the worker's node
 		var value int
 		impl := echoImpl("worker", hs)
 		services.Provide(env, CounterToken, &Counter{
@@ -153,7 +137,7 @@ func (f *svcFleet) workerOn(t *testing.T, i int, prefix string) string {
 // presentation is a client program: a services host over one STREAM connection.
 type presentation struct {
 	conn    *services.StreamConnection
-	info    *NodeInfo
+	info    *sampleapp.NodeInfo
 	mgmt    *services.SessionManagement
 	counter *Counter
 }
@@ -164,7 +148,7 @@ func (f *svcFleet) present(t *testing.T, node int) *presentation {
 	t.Cleanup(func() { _ = c.Close() })
 	p := &presentation{conn: services.NewStreamConnection(c)}
 	newHost(t, "presentation", []services.Connection{p.conn, p.conn.Session()}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
-		p.info = services.Use(env, NodeInfoToken)
+		p.info = services.Use(env, sampleapp.NodeInfoToken)
 		p.mgmt = services.Use(env, services.SessionManagementToken)
 		p.counter = services.Use(env, CounterToken)
 	}})
@@ -208,7 +192,7 @@ func TestR15_ServerAndSessionFacetsAreIsolated(t *testing.T) {
 	if _, err := server.Call(callCtx(t), services.Call{Service: "test.counter", Member: "get"}); !errors.Is(err, services.ErrUnknownService) {
 		t.Errorf("a session service asked of the server: %v", err)
 	}
-	if _, err := session.Call(callCtx(t), services.Call{Service: "test.nodeinfo", Member: "describe"}); !errors.Is(err, services.ErrUnknownService) {
+	if _, err := session.Call(callCtx(t), services.Call{Service: "nodeinfo", Member: "describe"}); !errors.Is(err, services.ErrUnknownService) {
 		t.Errorf("a server service asked of the worker: %v", err)
 	}
 }
