@@ -3,7 +3,6 @@ package services
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -161,8 +160,3 @@ func (s *service) addInstance(key string, t *memberTable) (func(), error) {
 // errCallCancelled is a call's failure when its context ended (the caller cancelled it
 // or its connection dropped).
 var errCallCancelled = &Error{Code: CodeCancelled, Message: "the call was cancelled"}
-
-// isContextErr reports whether err is a context's end.
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
