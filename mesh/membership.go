@@ -338,12 +338,31 @@ func (m *membership) probe(ctx context.Context, members []Member) []Member {
 	return out
 }
 
+// suspicionCounts are the suspicions memberlist reports in its log (it keeps them
+// otherwise private): Suspected counts peers this node declared suspect; Refuted
+// counts suspicions (or failure declarations) of this node that it refuted, each one a
+// suspicion of a node that was alive, i.e. false.
+type suspicionCounts struct {
+	suspected, refuted atomic.Int64
+}
+
 // slogWriter routes memberlist's log.Logger output into slog, mapping its [LEVEL]
-// prefixes.
-type slogWriter struct{ log *slog.Logger }
+// prefixes, and counts suspicions.
+type slogWriter struct {
+	log    *slog.Logger
+	counts *suspicionCounts
+}
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
+	if w.counts != nil {
+		switch {
+		case strings.Contains(msg, "memberlist: Suspect ") && strings.Contains(msg, "has failed, no acks received"):
+			w.counts.suspected.Add(1)
+		case strings.Contains(msg, "memberlist: Refuting a suspect message"), strings.Contains(msg, "memberlist: Refuting a dead message"):
+			w.counts.refuted.Add(1)
+		}
+	}
 	level := slog.LevelInfo
 	for prefix, l := range map[string]slog.Level{"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError} {
 		if strings.HasPrefix(msg, prefix) {

@@ -290,3 +290,27 @@ func TestJoinRetriesUntilSeedAppears(t *testing.T) {
 		t.Fatal("seed not live in the joiner's view")
 	}
 }
+
+// Suspicions are counted: a killed node is declared suspect by a survivor before it is
+// marked failed, and the survivors, alive all along, refute nothing.
+func TestSuspicionsAreCounted(t *testing.T) {
+	c := meshtest.Start(t, 3, meshtest.Options{})
+	for i := range 3 {
+		if s, r := c.Node(i).Membership().Suspicions(); s != 0 || r != 0 {
+			t.Fatalf("node %d before the kill: %d suspected, %d refuted", i, s, r)
+		}
+	}
+	dead := c.Node(2).ID()
+	c.Kill(2)
+	if err := c.WaitUntil(wait, func() bool { return !c.Node(0).Membership().IsLive(dead) && !c.Node(1).Membership().IsLive(dead) }); err != nil {
+		t.Fatal(err)
+	}
+	s0, r0 := c.Node(0).Membership().Suspicions()
+	s1, r1 := c.Node(1).Membership().Suspicions()
+	if s0+s1 == 0 {
+		t.Error("no survivor counted a suspicion of the killed node")
+	}
+	if r0+r1 != 0 {
+		t.Errorf("survivors refuted %d suspicions of themselves", r0+r1)
+	}
+}

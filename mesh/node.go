@@ -95,6 +95,10 @@ type Node struct {
 
 	flow *flow
 
+	// suspicions counts what memberlist's log tells of suspicion: peers this node
+	// suspected, and suspicions of this node it refuted (each one a false suspicion).
+	suspicions suspicionCounts
+
 	membershipView Membership
 	recordsView    Records
 	unsubFlow      func()
@@ -134,12 +138,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
-	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats); err != nil {
+	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats, &n.suspicions); err != nil {
 		return nil, fmt.Errorf("mesh metrics: %w", err)
 	}
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
-	mlLogger := log.New(slogWriter{log: n.log}, "", 0)
+	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions}, "", 0)
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{cfg.BindHost}, BindPort: cfg.MeshPort, Logger: mlLogger,
 	})
@@ -272,6 +276,18 @@ func presetConfig(p Preset) *memberlist.Config {
 		return c
 	}
 	c := memberlist.DefaultLANConfig()
+	// Faster failure detection than memberlist's LAN default (about 6 s for three
+	// nodes): a probe every 400 ms with a 300 ms ack timeout, and a suspicion of
+	// 3 × max(1, log10 n) probe intervals (1.2 s below ten nodes), cut short by peer
+	// confirmations. Lifeguard stays on: a node that is itself slow to answer widens its
+	// own timeouts (awareness) before it suspects others, which is what keeps a loaded
+	// node from raising false suspicions. Gossip every 100 ms to 4 peers spreads a join
+	// through 30 nodes in about three rounds.
+	c.ProbeInterval = 400 * time.Millisecond
+	c.ProbeTimeout = 300 * time.Millisecond
+	c.SuspicionMult = 3
+	c.GossipInterval = 100 * time.Millisecond
+	c.GossipNodes = 4
 	// A node restarted on another address may take its RID back once the old
 	// lifecycle has been dead this long (on the same address it refutes at once).
 	c.DeadNodeReclaimTime = 30 * time.Second

@@ -324,7 +324,7 @@ type meshMetrics struct {
 	reg   metric.Registration
 }
 
-func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats) (*meshMetrics, error) {
+func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *suspicionCounts) (*meshMetrics, error) {
 	m := &meshMetrics{}
 	var err error
 	zm := mp.Meter("zlink.framework")
@@ -358,8 +358,20 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats) (*meshM
 	if err != nil {
 		return nil, err
 	}
+	suspected, err := mm.Int64ObservableCounter("meshnode.mesh.suspicions", metric.WithUnit("{suspicion}"),
+		metric.WithDescription("Peers this node declared suspect (no ack to a probe)."))
+	if err != nil {
+		return nil, err
+	}
+	refuted, err := mm.Int64ObservableCounter("meshnode.mesh.suspicions.refuted", metric.WithUnit("{suspicion}"),
+		metric.WithDescription("Suspicions of this node it refuted: false suspicions (it was alive)."))
+	if err != nil {
+		return nil, err
+	}
 	dirs := [2]string{string(Inbound), string(Outbound)}
 	m.reg, err = mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(suspected, sus.suspected.Load())
+		o.ObserveInt64(refuted, sus.refuted.Load())
 		fs := flowStats()
 		o.ObserveInt64(unacked, int64(fs.Unacked))
 		o.ObserveInt64(unackedBytes, fs.UnackedBytes)
@@ -374,7 +386,7 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats) (*meshM
 			}
 		}
 		return nil
-	}, records, unacked, unackedBytes, fullPeers, waits)
+	}, records, unacked, unackedBytes, fullPeers, waits, suspected, refuted)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,13 @@ func (m *Membership) Live() []Member {
 // Member returns the current lifecycle of rid.
 func (m *Membership) Member(rid string) (Member, bool) { return m.n.members.lookup(rid) }
 
+// Suspicions returns how many peers this node has declared suspect, and how many
+// suspicions of itself it refuted (each refutation is a false suspicion: this node was
+// alive). memberlist keeps suspicion private; these are read from what it logs.
+func (m *Membership) Suspicions() (suspected, refuted int64) {
+	return m.n.suspicions.suspected.Load(), m.n.suspicions.refuted.Load()
+}
+
 // IsLive reports whether id is a current, not departed, member lifecycle.
 func (m *Membership) IsLive(id NodeID) bool {
 	_, ok := m.n.members.live(id)

@@ -114,8 +114,9 @@ func TestAbuse_ClientsThatDoNotReadStallOnlyThemselves(t *testing.T) {
 // a room on another node while reading slowly (about 2 MB/s) must leave memory flat.
 func TestAbuse_SlowReaderOfRelayedRepliesKeepsMemoryFlat(t *testing.T) {
 	sc := suiteScale()
-	a := proc.Start(t, proc.Config{ID: "a"})
-	b := proc.Start(t, proc.Config{ID: "b", Join: []string{a.Mesh}})
+	// The production (lan) timing: the load must raise no false suspicion with it.
+	a := proc.Start(t, proc.Config{ID: "a", Timing: "lan"})
+	b := proc.Start(t, proc.Config{ID: "b", Timing: "lan", Join: []string{a.Mesh}})
 	proc.Eventually(t, "two members", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 
 	good := dial(t, a.Endpoints["tcp"])
@@ -190,6 +191,7 @@ func TestAbuse_SlowReaderOfRelayedRepliesKeepsMemoryFlat(t *testing.T) {
 			t.Errorf("node %s: peak RSS %d MiB, heap %d MiB; bounds 300 and 200 MiB", m.node, m.rss/mib, m.heap/mib)
 		}
 	}
+	noFalseSuspicions(t, a, b)
 }
 
 // Actors are never collected: binding then unbinding many distinct rooms leaves them
@@ -595,9 +597,9 @@ func TestAbuse_StalledPeerStallsOnlyTheSessionsThatRelayToIt(t *testing.T) {
 	})
 	full := a.Metric("meshnode_mesh_peer_window_full_peers")
 	unacked := a.Metric("meshnode_mesh_peer_window_unacked")
-	// Two seconds: well under the lan timing's failure detection (the stopped node
+	// One second: well under the lan timing's failure detection (the stopped node
 	// must come back as itself, not be declared dead).
-	under := wellBehaved(t, good, "room.echo", 2*time.Second, roomEchoed)
+	under := wellBehaved(t, good, "room.echo", time.Second, roomEchoed)
 	close(stopAt)
 	b.Signal(syscall.SIGCONT)
 	wg.Wait()
@@ -607,6 +609,25 @@ func TestAbuse_StalledPeerStallsOnlyTheSessionsThatRelayToIt(t *testing.T) {
 		talkers, unacked, full, said.Load())
 	if full != 1 {
 		t.Errorf("window toward the stopped peer not full: %v full peers, %v unacknowledged", full, unacked)
+	}
+	noFalseSuspicions(t, a, c) // b was stopped: suspicions of it are true ones
+}
+
+// noFalseSuspicions checks that none of nodes, alive all along, had to refute a
+// suspicion of itself: the membership timing raised no false suspicion under the load.
+func noFalseSuspicions(t *testing.T, nodes ...*proc.Node) {
+	t.Helper()
+	const name = "meshnode_mesh_suspicions_refuted_total"
+	for _, n := range nodes {
+		text, err := n.Metrics()
+		if err != nil || !strings.Contains(text, name) {
+			t.Errorf("node %s: %s not exported (%v)", n.Config.ID, name, err)
+			continue
+		}
+		if v := proc.Sum(text, name); v != 0 {
+			t.Errorf("node %s refuted %v suspicions of itself: false suspicions under load", n.Config.ID, v)
+		}
+		figure(t, "node %s: %v suspicions raised, %v refuted", n.Config.ID, proc.Sum(text, "meshnode_mesh_suspicions_total"), proc.Sum(text, name))
 	}
 }
 
