@@ -9,7 +9,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: run test bench bench-once abuse fuzz lint build cluster proto
+.PHONY: run test bench bench-once idle abuse fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
@@ -47,6 +47,12 @@ bench:
 bench-once:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $$($(GO) list $(PKGS) | grep -v /internal/protoactor) > bench-once.out 2>&1 || (cat bench-once.out; exit 1)
 	@grep -c '^Benchmark' bench-once.out | sed 's/$$/ benchmarks ran once/'
+
+## idle: idle STREAM sessions, as many as the open-files limit allows; prints the
+## server's RSS, heap and goroutines per session
+idle:
+	MESHNODE_IDLE_SESSIONS=max $(GO) test -run '^$$' -bench IdleSessions -benchtime 1x -timeout 10m ./test/bench | tee idle.out
+	$(GO) run ./test/benchreport < idle.out
 
 ## abuse: the load-and-abuse suite in full (hostile clients against real meshnode
 ## processes, a few minutes); prints each scenario's figures. `make test` runs its

@@ -85,7 +85,6 @@ type conn struct {
 	wbuf    []byte     // frames queued by producers
 	wactive bool       // a goroutine is draining wbuf to the socket
 	wclosed bool
-	wnotify chan struct{} // cap 1: wbuf went from empty to non-empty
 	wqueued atomic.Int64  // bytes queued or being written
 	drained wake.Signal   // a write finished: queue space may be free
 	wspare  []byte        // writer-owned spare buffer
@@ -107,7 +106,6 @@ func (n *StreamNode) startConn(nc net.Conn, ws *wsTransport, transport string, e
 		readerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 		extDone:    extDone,
-		wnotify:    make(chan struct{}, 1),
 	}
 	c.peer = &Peer{c: c}
 	c.wcond = sync.NewCond(&c.wmu)
@@ -127,10 +125,13 @@ func (n *StreamNode) startConn(nc net.Conn, ws *wsTransport, transport string, e
 	h.metrics.opened(transport)
 	if d := n.cfg.idleTimeout; d > 0 {
 		c.lastInbound.Store(time.Now().UnixNano())
-		c.idleTimer = time.AfterFunc(d, c.checkIdle)
+		// Made stopped, then armed: the assignment happens before the timer can fire
+		// (its callback, and the teardown that may follow, read the field).
+		c.idleTimer = time.AfterFunc(time.Hour, c.checkIdle)
+		c.idleTimer.Stop()
+		c.idleTimer.Reset(d)
 	}
 	go c.readLoop()
-	go c.writeLoop()
 	return c
 }
 
@@ -158,6 +159,11 @@ func (c *conn) close(cause closeCause) bool {
 		}
 		close(c.closing)
 	})
+	if first {
+		// The teardown waits for an in-flight write and the read loop; it is the one
+		// goroutine a closing connection adds (an idle one has only its read loop).
+		go c.teardown()
+	}
 	return first
 }
 

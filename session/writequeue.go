@@ -67,11 +67,11 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, mode
 				c.drain()
 				return nil
 			}
+			// No writer: start one for this burst; it ends when the queue is empty, so
+			// an idle connection holds no writer goroutine.
+			c.wactive = true
 			c.wmu.Unlock()
-			select {
-			case c.wnotify <- struct{}{}:
-			default:
-			}
+			go c.drain()
 			return nil
 		}
 		c.wmu.Unlock()
@@ -110,26 +110,6 @@ func (c *conn) slowConsumer() {
 func (c *conn) enqueueError(seq uint64, corr, code, message string) error {
 	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: seq, CorrelationID: corr}
 	return c.enqueue(c.ctx, &h, c.host.errorPayload(code, message), writeNoWait)
-}
-
-// writeLoop writes what pushes queued and owns the teardown.
-func (c *conn) writeLoop() {
-	for {
-		select {
-		case <-c.wnotify:
-			c.wmu.Lock()
-			if c.wactive || c.wclosed || len(c.wbuf) == 0 {
-				c.wmu.Unlock()
-				continue
-			}
-			c.wactive = true
-			c.wmu.Unlock()
-			c.drain()
-		case <-c.closing:
-			c.teardown()
-			return
-		}
-	}
 }
 
 // drain writes the queue until it is empty, coalescing whatever producers queued
