@@ -85,10 +85,10 @@ type conn struct {
 	wbuf    []byte     // frames queued by producers
 	wactive bool       // a goroutine is draining wbuf to the socket
 	wclosed bool
-	wqueued atomic.Int64  // bytes queued or being written
-	drained wake.Signal   // a write finished: queue space may be free
-	wspare  []byte        // writer-owned spare buffer
-	wbroken atomic.Bool   // a socket write failed
+	wqueued atomic.Int64 // bytes queued or being written
+	drained wake.Signal  // a write finished: queue space may be free
+	wspare  []byte       // writer-owned spare buffer
+	wbroken atomic.Bool  // a socket write failed
 }
 
 // startConn builds the session for an accepted (and handshaken) connection. It returns
