@@ -11,7 +11,6 @@ require (
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/lithammer/shortuuid/v4 v4.0.0
 	github.com/lmittmann/tint v1.0.3
-	github.com/orcaman/concurrent-map v1.0.0
 	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/prometheus/client_golang v1.24.1
 	github.com/twmb/murmur3 v1.1.8

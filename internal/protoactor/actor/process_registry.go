@@ -1,11 +1,11 @@
 package actor
 
 import (
+	"sync"
 	"sync/atomic"
 
 	murmur32 "github.com/twmb/murmur3"
 
-	cmap "github.com/orcaman/concurrent-map"
 )
 
 type ProcessRegistryValue struct {
@@ -16,26 +16,76 @@ type ProcessRegistryValue struct {
 	RemoteHandlers []AddressResolver
 }
 
+// SliceMap holds the local processes in a fixed set of shards, each a Go map behind a
+// lock. meshnode patch: upstream keeps 1,024 concurrent-maps of 32 maps each (32,768
+// maps per actor system, allocated when the system starts), and Go maps never give
+// their buckets back, so a churn of short-lived actors and futures left its peak size
+// behind for good. Here a shard is rebuilt at its current size once most of the
+// entries it held at its peak are gone.
 type SliceMap struct {
-	LocalPIDs []cmap.ConcurrentMap
+	shards [registryShards]registryShard
+}
+
+const (
+	registryShards = 64
+	// shrinkFloor: shards that never held more than this are never rebuilt.
+	shrinkFloor = 256
+)
+
+type registryShard struct {
+	mu   sync.RWMutex
+	m    map[string]Process
+	peak int
 }
 
 func newSliceMap() *SliceMap {
 	sm := &SliceMap{}
-	sm.LocalPIDs = make([]cmap.ConcurrentMap, 1024)
-
-	for i := 0; i < len(sm.LocalPIDs); i++ {
-		sm.LocalPIDs[i] = cmap.New()
+	for i := range sm.shards {
+		sm.shards[i].m = map[string]Process{}
 	}
-
 	return sm
 }
 
-func (s *SliceMap) GetBucket(key string) cmap.ConcurrentMap {
-	hash := murmur32.Sum32([]byte(key))
-	index := int(hash) % len(s.LocalPIDs)
+func (s *SliceMap) shard(key string) *registryShard {
+	return &s.shards[murmur32.StringSum32(key)%registryShards]
+}
 
-	return s.LocalPIDs[index]
+func (sh *registryShard) setIfAbsent(id string, p Process) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[id]; ok {
+		return false
+	}
+	sh.m[id] = p
+	if len(sh.m) > sh.peak {
+		sh.peak = len(sh.m)
+	}
+	return true
+}
+
+func (sh *registryShard) pop(id string) (Process, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p, ok := sh.m[id]
+	if !ok {
+		return nil, false
+	}
+	delete(sh.m, id)
+	if sh.peak >= shrinkFloor && len(sh.m) < sh.peak/4 {
+		m := make(map[string]Process, len(sh.m))
+		for k, v := range sh.m {
+			m[k] = v
+		}
+		sh.m, sh.peak = m, len(m)
+	}
+	return p, true
+}
+
+func (sh *registryShard) get(id string) (Process, bool) {
+	sh.mu.RLock()
+	p, ok := sh.m[id]
+	sh.mu.RUnlock()
+	return p, ok
 }
 
 const (
@@ -86,18 +136,14 @@ func (pr *ProcessRegistryValue) NextId() string {
 }
 
 func (pr *ProcessRegistryValue) Add(process Process, id string) (*PID, bool) {
-	bucket := pr.LocalPIDs.GetBucket(id)
-
 	return &PID{
 		Address: pr.Address,
 		Id:      id,
-	}, bucket.SetIfAbsent(id, process)
+	}, pr.LocalPIDs.shard(id).setIfAbsent(id, process)
 }
 
 func (pr *ProcessRegistryValue) Remove(pid *PID) {
-	bucket := pr.LocalPIDs.GetBucket(pid.Id)
-
-	ref, _ := bucket.Pop(pid.Id)
+	ref, _ := pr.LocalPIDs.shard(pid.Id).pop(pid.Id)
 	if l, ok := ref.(*ActorProcess); ok {
 		atomic.StoreInt32(&l.dead, 1)
 	}
@@ -119,23 +165,19 @@ func (pr *ProcessRegistryValue) Get(pid *PID) (Process, bool) {
 		return pr.ActorSystem.DeadLetter, false
 	}
 
-	bucket := pr.LocalPIDs.GetBucket(pid.Id)
-	ref, ok := bucket.Get(pid.Id)
-
+	ref, ok := pr.LocalPIDs.shard(pid.Id).get(pid.Id)
 	if !ok {
 		return pr.ActorSystem.DeadLetter, false
 	}
 
-	return ref.(Process), true
+	return ref, true
 }
 
 func (pr *ProcessRegistryValue) GetLocal(id string) (Process, bool) {
-	bucket := pr.LocalPIDs.GetBucket(id)
-	ref, ok := bucket.Get(id)
-
+	ref, ok := pr.LocalPIDs.shard(id).get(id)
 	if !ok {
 		return pr.ActorSystem.DeadLetter, false
 	}
 
-	return ref.(Process), true
+	return ref, true
 }
