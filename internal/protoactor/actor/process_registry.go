@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	murmur32 "github.com/twmb/murmur3"
-
 )
 
 type ProcessRegistryValue struct {
