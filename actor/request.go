@@ -63,6 +63,15 @@ func (a Address) resolve(ctx context.Context, h *Host) (RouteFence, error) {
 
 func (f RouteFence) resolve(context.Context, *Host) (RouteFence, error) { return f, nil }
 
+// Resolve returns the route fence of the Actor a: from the route cache when an earlier
+// look-up resolved it (the cache is cleared on every membership change), else by a
+// directory look-up, activating the Actor if needed. A caller that finds the fence
+// stale (the activation is gone) calls Forget and resolves again.
+func (h *Host) Resolve(ctx context.Context, a Address) (RouteFence, error) { return a.resolve(ctx, h) }
+
+// Forget drops the cached route of a.
+func (h *Host) Forget(a Address) { h.forgetRoute(a) }
+
 // maxCachedRoutes bounds the route cache; it is simply cleared when full.
 const maxCachedRoutes = 1 << 16
 

@@ -419,13 +419,16 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var f actor.RouteFence
-		if f, err = b.actors.Lookup(ctx, to.Kind, to.ID); err != nil {
+		// A cached route saves a directory look-up (and its future) per bind; a stale
+		// one (the activation is gone) fails the bind NotFound and is looked up again.
+		if f, err = b.actors.Resolve(ctx, to); err != nil {
 			return Binding{}, err
 		}
 		var bd Binding
 		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) {
 			return bd, err
 		}
+		b.actors.Forget(to)
 	}
 	return Binding{}, err
 }

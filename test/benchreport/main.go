@@ -44,6 +44,7 @@ var metricGoals = []struct {
 	{"convergence of 30 nodes, lan timing", "Convergence30NodesLAN", "s/converge", 0.5},
 	{"RSS per idle STREAM session", "IdleSessions", "KiB-rss/session", 10},
 	{"goroutines per idle STREAM session", "IdleSessions", "goroutines/session", 1.05},
+	{"heap left after binding and unbinding 10,000 sessions", "BindUnbind10kSessions", "KiB-heap-delta", 512},
 }
 
 type result struct {
