@@ -88,6 +88,9 @@ func BenchmarkActorSendCrossNode(b *testing.B) {
 	cnt := &countTo{}
 	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true, Config: func(_ int, cfg *meshnode.Config) {
 		cfg.Kinds = []actor.Kind{{Name: "count", New: func() actor.Actor { return countingActor{cnt} }}}
+		// One-way sends are at most once: past its mailbox bound a slower receiver
+		// drops them. This measures the transport, so the mailbox holds the whole run.
+		cfg.MaxMailbox, cfg.MaxMailboxBytes = max(b.N+1, actor.DefaultMaxMailbox), 1<<40
 	}})
 	hosts := []*actor.Host{c.Node(0).Actors(), c.Node(1).Actors()}
 	ctx := context.Background()
