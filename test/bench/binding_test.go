@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"runtime"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/meshnode/meshnode/internal/nodert"
@@ -140,4 +142,81 @@ func bindUnbindT(b testing.TB, f *fleet.Fleet, ids []string, batches int) {
 		}
 		cancel()
 	}
+}
+
+// parallelCallers runs b.N calls spread over callers goroutines, each calling call(i)
+// for its share; the first error fails the benchmark.
+func parallelCallers(b *testing.B, callers int, call func(caller int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	per, extra := b.N/callers, b.N%callers
+	b.ResetTimer()
+	for c := range callers {
+		n := per
+		if c < extra {
+			n++
+		}
+		wg.Go(func() {
+			for range n {
+				if err := call(c); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRawRemoteRequest100Callers is the baseline of the 100-session bound
+// request benchmark: 100 goroutines making protoactor remote RequestFutures at once.
+func BenchmarkRawRemoteRequest100Callers(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
+			ctx.Respond(m)
+		}
+	}), "bench-echo-100")
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
+	root := nodert.SystemOf(f.Node(0).Mesh()).Root
+	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	b.ReportAllocs()
+	parallelCallers(b, 100, func(int) error {
+		_, err := root.RequestFuture(target, msg, benchWait).Result()
+		return err
+	})
+}
+
+// BenchmarkBoundRequestCrossNode100Sessions: 100 sessions on node 0, each bound to its
+// own room on node 1, making bound requests at once.
+func BenchmarkBoundRequestCrossNode100Sessions(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	const sessions = 100
+	cs := make([]*connector.Connector, sessions)
+	for i := range cs {
+		id := f.IDOn(b, "room", 1, "bench-"+strconv.Itoa(i)+"-")
+		cs[i] = f.Connect(b, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), fleet.Wait)
+		var out map[string]any
+		err := cs[i].Request(ctx, "bind", map[string]string{"actor": id, "kind": "room"}, &out)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload := []byte(`{"msg":"hello mesh","n":12345678}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	parallelCallers(b, sessions, func(c int) error {
+		_, err := cs[c].RequestRaw(ctx, "room.echo", wire.CodecJSON, payload)
+		return err
+	})
 }

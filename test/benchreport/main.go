@@ -27,6 +27,7 @@ var pairs = []pair{
 	{"cross-node Actor send vs raw remote send of a record-sized message", "ActorSendCrossNode", "RawRemoteSendRecordSized", 0, 0},
 	{"bound request/response, Actor on another node vs raw remote request", "BoundRequestCrossNode", "RawRemoteRequest", 0.40, 0.85},
 	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0, 0},
+	{"bound request/response, 100 sessions vs raw remote request, 100 callers", "BoundRequestCrossNode100Sessions", "RawRemoteRequest100Callers", 0, 0.60},
 	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0, 0.60},
 	{"service call over STREAM vs the plain echo Request", "ServiceCallServer", "ConnectorEcho", 0.60, 0},
 	{"session-service call, worker on another node vs bound room.echo", "ServiceCallSessionCrossNode", "BoundRequestCrossNode", 0.80, 0},
