@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -131,3 +132,45 @@ func connectorTo(t *testing.T, endpoint string) *connector.Connector {
 }
 
 func withMeta(k, v string) connector.CallOption { return connector.WithMetadata(k, v) }
+
+// A client's calls in flight are bounded (MaxInflightPerClient): past it a call fails at
+// once with unavailable, nothing queues; another client is not affected.
+func TestBadInput_InflightCallsPerClientAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	provider := newHost(t, "provider", nil, services.Facet{ID: "p", Setup: func(env *services.Env) {
+		impl := echoImpl("p", nil)
+		impl.Unset = services.Task(func(ctx context.Context, _ struct{}) (struct{}, error) {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return struct{}{}, nil
+		})
+		services.Provide(env, EchoToken, impl)
+	}})
+	ep := provider.Endpoint(context.Background(), services.Client{ID: "flooder"})
+	defer ep.Close()
+	done := make(chan error, services.MaxInflightPerClient+1)
+	for i := range services.MaxInflightPerClient {
+		ep.Serve(strconv.Itoa(i), services.Call{Service: "test.echo", Member: "unset", Args: json.RawMessage(`{}`)},
+			func(_ json.RawMessage, err error) { done <- err })
+	}
+	eventually(t, "every call in flight", func() bool { return ep.Inflight() == services.MaxInflightPerClient })
+	over := make(chan error, 1)
+	ep.Serve("over", services.Call{Service: "test.echo", Member: "unset", Args: json.RawMessage(`{}`)},
+		func(_ json.RawMessage, err error) { over <- err })
+	if err := <-over; !errors.Is(err, services.ErrUnavailable) {
+		t.Fatalf("a call past the bound: %v, want unavailable", err)
+	}
+	other := services.NewLoopback(provider, services.Client{ID: "other"})
+	defer other.Close()
+	if _, err := other.Call(callCtx(t), services.Call{Service: "test.echo", Member: "say", Args: json.RawMessage(`{"text":"ok"}`)}); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	close(release)
+	for range services.MaxInflightPerClient {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

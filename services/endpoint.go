@@ -173,6 +173,7 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 	}
 	e.inflight[rid] = cancel
 	e.mu.Unlock()
+	h.stats.inflight.Add(1)
 
 	pctx := h.prop.Extract(cctx, propagation.MapCarrier(call.Trace))
 	sctx, span := h.tracer.Start(pctx, "rpc.server", trace.WithSpanKind(trace.SpanKindServer),
@@ -188,6 +189,7 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 			delete(e.inflight, rid)
 		}
 		e.mu.Unlock()
+		h.stats.inflight.Add(-1)
 		if err == nil && cctx.Err() != nil {
 			err = errCallCancelled
 		}

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,10 +15,11 @@ import (
 // callMetrics counts the calls a host serves and their failures, by code. Codes are a
 // bounded set: application codes count as "application".
 type callMetrics struct {
-	calls  metric.Int64Counter
-	failed metric.Int64Counter
-	log    *slog.Logger
-	rl     ratelog.Limiter
+	calls    metric.Int64Counter
+	failed   metric.Int64Counter
+	inflight atomic.Int64 // calls admitted and not answered (bounded per client by MaxInflightPerClient)
+	log      *slog.Logger
+	rl       ratelog.Limiter
 }
 
 // knownCodes are the service layer's own codes (metric attribute values as they are).
@@ -42,6 +44,11 @@ func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
 	cm := &callMetrics{log: log}
 	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by outcome code (ok for a result)"))
 	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by code"))
+	_, _ = m.Int64ObservableGauge("meshnode.services.calls.inflight", metric.WithDescription("service calls admitted and not yet answered"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(cm.inflight.Load())
+			return nil
+		}))
 	return cm
 }
 
