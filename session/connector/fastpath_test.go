@@ -268,7 +268,17 @@ func TestLeaderFailsOnDropAndClose(t *testing.T) {
 // WebSocket connections close on a read deadline, so requests never lead there.
 func TestWebSocketRequestsNeverLead(t *testing.T) {
 	fs := newWSServer(t, nil, withOnFrame(echo))
-	c, err := connector.New(fs.endpoint, quiet())
+	if n := echoesAndLeads(t, fs.endpoint, quiet(), 20); n != 0 {
+		t.Fatalf("%d leads over WebSocket", n)
+	}
+}
+
+// echoesAndLeads connects to endpoint with opts (reader grace long enough that any
+// request finding the token free would lead), makes n echo requests and returns how
+// many of them led.
+func echoesAndLeads(t *testing.T, endpoint string, opts connector.Options, n int) uint64 {
+	t.Helper()
+	c, err := connector.New(endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +287,7 @@ func TestWebSocketRequestsNeverLead(t *testing.T) {
 	if err := c.Connect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
+	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		var out msg
 		err := c.Request(ctx, "echo", msg{N: i}, &out)
@@ -286,9 +296,7 @@ func TestWebSocketRequestsNeverLead(t *testing.T) {
 			t.Fatalf("request %d: %v %+v", i, err, out)
 		}
 	}
-	if n := connector.Leads(c); n != 0 {
-		t.Fatalf("%d leads over WebSocket", n)
-	}
+	return connector.Leads(c)
 }
 
 // Mixed concurrent requests on a TCP connection exercise every hand-over of the reader
@@ -548,25 +556,7 @@ func TestNoCallerReadsNeverLeads(t *testing.T) {
 	fs := newTCPServer(t, withOnFrame(echo))
 	opts := quiet()
 	opts.NoCallerReads = true
-	c, err := connector.New(fs.endpoint, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	connector.SetReaderGrace(c, time.Hour)
-	defer c.Close()
-	if err := c.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		var out msg
-		err := c.Request(ctx, "echo", msg{N: i}, &out)
-		cancel()
-		if err != nil || out.N != i {
-			t.Fatalf("request %d: %v %+v", i, err, out)
-		}
-	}
-	if n := connector.Leads(c); n != 0 {
+	if n := echoesAndLeads(t, fs.endpoint, opts, 50); n != 0 {
 		t.Fatalf("%d requests led with NoCallerReads", n)
 	}
 }

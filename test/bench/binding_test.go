@@ -17,10 +17,9 @@ import (
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
-// BenchmarkRawRemoteRequest is the baseline of the bound request benchmarks:
-// protoactor-go remote request/response (RequestFuture) of a 64-byte protobuf between
-// the same two nodes, one caller.
-func BenchmarkRawRemoteRequest(b *testing.B) {
+// rawEchoTarget starts two nodes and a plain protoactor actor on node 1 that answers
+// every envelope with itself; it returns node 0's root context and that actor.
+func rawEchoTarget(b *testing.B) (*proto.RootContext, *proto.PID) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
 	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
@@ -30,8 +29,14 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(f.Node(0).Mesh()).Root
+	return nodert.SystemOf(f.Node(0).Mesh()).Root, proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
+}
+
+// BenchmarkRawRemoteRequest is the baseline of the bound request benchmarks:
+// protoactor-go remote request/response (RequestFuture) of a 64-byte protobuf between
+// the same two nodes, one caller.
+func BenchmarkRawRemoteRequest(b *testing.B) {
+	root, target := rawEchoTarget(b)
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -176,17 +181,7 @@ func parallelCallers(b *testing.B, callers int, call func(caller int) error) {
 // BenchmarkRawRemoteRequest100Callers is the baseline of the 100-session bound
 // request benchmark: 100 goroutines making protoactor remote RequestFutures at once.
 func BenchmarkRawRemoteRequest100Callers(b *testing.B) {
-	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
-	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
-		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
-			ctx.Respond(m)
-		}
-	}), "bench-echo-100")
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(f.Node(0).Mesh()).Root
+	root, target := rawEchoTarget(b)
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	parallelCallers(b, 100, func(int) error {
