@@ -52,6 +52,8 @@ type serveConfig struct {
 
 	// wsOrigins lists the browser origins that may open ws:// and wss:// sessions.
 	wsOrigins []string
+	// pprof serves net/http/pprof on the admin address.
+	pprof bool
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -82,6 +84,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Int64Var(&cfg.maxMessageSize, "max-message-size", session.DefaultMaxMessageSize, "inbound cap on header+payload bytes; 0 = no cap")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 0, "close sessions idle this long (0 = never)")
 	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving /metrics, /healthz, /readyz (empty = off)")
+	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")

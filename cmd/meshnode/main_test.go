@@ -279,3 +279,25 @@ func TestBinaryCallServerAndSessionServices(t *testing.T) {
 		t.Errorf("bad arguments: %v, want invalid_arguments", err)
 	}
 }
+
+// --pprof serves net/http/pprof on the admin address; without it /debug/pprof/ is not
+// there.
+func TestBinaryPprofFlag(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		args := []string{"--stream", "tcp://127.0.0.1:0", "--admin", "127.0.0.1:0", "--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0", "--node-id", "solo"}
+		if on {
+			args = append(args, "--pprof")
+		}
+		addrs, stop := startBinary(t, args...)
+		code, body := httpGet(t, "http://"+addrs["admin"]+"/debug/pprof/goroutine?debug=1")
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		switch {
+		case on && (code != http.StatusOK || !strings.Contains(body, "goroutine profile")):
+			t.Errorf("with --pprof: %d %.80q", code, body)
+		case !on && code != http.StatusNotFound:
+			t.Errorf("without --pprof: %d, want 404", code)
+		}
+	}
+}

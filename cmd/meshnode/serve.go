@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 			_ = node.Close()
 			return fmt.Errorf("flag --admin: %w", err)
 		}
-		admin = &http.Server{Handler: adminMux(registry, &ready, node), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(ln) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (/metrics /healthz /readyz)\n", ln.Addr())
@@ -94,8 +95,17 @@ type memberJSON struct {
 	State      string `json:"state"`
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node) *http.ServeMux {
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
+	if withPprof {
+		// net/http/pprof on the admin address only, and only when asked (--pprof): a
+		// profile costs CPU and shows internals.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
