@@ -469,7 +469,12 @@ func (ctx *actorContext) PoisonFuture(pid *PID) *Future {
 
 func (ctx *actorContext) InvokeUserMessage(md interface{}) {
 	if atomic.LoadInt32(&ctx.state) == stateStopped {
-		// already stopped
+		// already stopped. meshnode patch: the message goes to dead letters (as one
+		// sent after the process left the registry does) instead of vanishing, so
+		// whoever watches dead letters can forward or answer it.
+		if _, isStopped := md.(*Stopped); !isStopped {
+			ctx.actorSystem.DeadLetter.SendUserMessage(ctx.self, md)
+		}
 		return
 	}
 
