@@ -39,8 +39,9 @@ type Message struct {
 	Data        []byte
 }
 
-// Started is the first message of every activation.
-type Started struct{}
+// Started is the first message of every activation. Moved is true on the node an
+// Actor moved to: its state was restored (Kind.State or Snapshotter) before it runs.
+type Started struct{ Moved bool }
 
 // Stopping is the last message of an activation before it is stopped.
 type Stopping struct{}
@@ -55,4 +56,11 @@ type Actor interface {
 type Kind struct {
 	Name string
 	New  func() Actor
+	// State, when set, opts the kind into state transfer when an Actor moves to another
+	// node: it returns a pointer to the part of the Actor that moves with it, encoded
+	// with msgpack on the source and decoded into a fresh instance on the target. An
+	// Actor that implements Snapshotter encodes its state itself instead. A kind with
+	// neither starts fresh on the target (same ActorId, ObjectGeneration and bindings,
+	// empty state).
+	State func(a Actor) any
 }

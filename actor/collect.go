@@ -77,6 +77,12 @@ type Stats struct {
 	MailboxRejected int64 // messages refused because an Actor's mailbox was full
 	Panics          int64 // Actor turns that panicked
 	PanicStops      int64 // activations the panic policy stopped
+	Moves           int64 // Actors this node moved to another node
+	MovesFailed     int64 // moves from this node that failed, or commits here that did
+	MovesRefused    int64 // moves to this node it refused (bad state, unknown kind, ...)
+	Followed        int64 // records forwarded to an Actor that moved away (Message Follow)
+	Duplicates      int64 // second activations of one Actor the directory retired
+	Quorum          bool  // this node sees a majority of the mesh (keep-majority)
 }
 
 // Stats returns the current figures.
@@ -85,7 +91,9 @@ func (h *Host) Stats() Stats {
 	n := len(h.acts)
 	h.mu.Unlock()
 	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
-		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load()}
+		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
+		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
+		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), Quorum: h.quorum.has()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {
@@ -115,6 +123,36 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	moves, err := m.Int64ObservableCounter("meshnode.actor.moves", metric.WithUnit("{actor}"),
+		metric.WithDescription("Actors moved from this node to another."))
+	if err != nil {
+		return err
+	}
+	movesFailed, err := m.Int64ObservableCounter("meshnode.actor.moves_failed", metric.WithUnit("{actor}"),
+		metric.WithDescription("Moves from this node that failed (or whose commit failed here)."))
+	if err != nil {
+		return err
+	}
+	movesRefused, err := m.Int64ObservableCounter("meshnode.actor.moves_refused", metric.WithUnit("{actor}"),
+		metric.WithDescription("Moves to this node it refused (bad state or CRC, unknown kind, already active here)."))
+	if err != nil {
+		return err
+	}
+	followed, err := m.Int64ObservableCounter("meshnode.actor.followed", metric.WithUnit("{record}"),
+		metric.WithDescription("Records forwarded once to the new location of an Actor that moved away (Message Follow)."))
+	if err != nil {
+		return err
+	}
+	duplicates, err := m.Int64ObservableCounter("meshnode.actor.duplicates_retired", metric.WithUnit("{actor}"),
+		metric.WithDescription("Second activations of one Actor the directory found and retired (after a partition healed)."))
+	if err != nil {
+		return err
+	}
+	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum", metric.WithUnit("1"),
+		metric.WithDescription("1 while this node sees a majority of the mesh and places Actors (keep-majority), 0 otherwise."))
+	if err != nil {
+		return err
+	}
 	h.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := h.Stats()
 		o.ObserveInt64(active, int64(s.Active))
@@ -122,7 +160,17 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(rejected, s.MailboxRejected)
 		o.ObserveInt64(panics, s.Panics)
 		o.ObserveInt64(panicStops, s.PanicStops)
+		o.ObserveInt64(moves, s.Moves)
+		o.ObserveInt64(movesFailed, s.MovesFailed)
+		o.ObserveInt64(movesRefused, s.MovesRefused)
+		o.ObserveInt64(followed, s.Followed)
+		o.ObserveInt64(duplicates, s.Duplicates)
+		q := int64(0)
+		if s.Quorum {
+			q = 1
+		}
+		o.ObserveInt64(quorum, q)
 		return nil
-	}, active, collected, rejected, panics, panicStops)
+	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, quorum)
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -18,56 +20,133 @@ import (
 // interface instead.
 type Directory interface {
 	// Lookup returns the route fence of the Actor id of kind. onRID, when not empty,
-	// asks for explicit placement on that node.
+	// asks for explicit placement on that node if the Actor has no activation.
 	Lookup(ctx context.Context, kind, id, onRID string) (RouteFence, error)
 }
 
-// directoryActorName is the name of each node's directory actor, which activates
-// Actors on behalf of lookups from other nodes.
+// directoryActorName is the name of each node's directory actor: it serves lookups,
+// activations, compare-and-set claims, sync requests and relocation traffic from other
+// nodes.
 const directoryActorName = "$directory"
 
 // defaultLookupTimeout bounds a remote lookup when ctx has no deadline.
 const defaultLookupTimeout = 5 * time.Second
 
-// RendezvousDirectory places each ActorId on the live member with the highest
-// rendezvous (highest-random-weight) score for it: every node computes the same owner
-// from the same membership, so a lookup needs one hop to the owner and no shared store.
-// When the owner fails, the next-highest member becomes the owner and activates the
-// Actor anew, with a higher authority owner generation.
+// ErrNoQuorum: this node is on the minority side of a partition (keep-majority): it
+// neither places nor serves Actors until it is back with a majority.
+var ErrNoQuorum = fault.New(fault.Unavailable, "actor: this node does not see a majority of the mesh")
+
+// RendezvousDirectory is the authoritative directory (the Location Store) built into
+// every node. Each ActorId has one entry (kind and route fence) held by its holder:
+// the live member with the highest rendezvous (highest-random-weight) score for the
+// id, so every node finds the holder from its own view of the membership with one hop
+// and no shared store. The holder changes an entry only by compare-and-set: on-demand
+// activation inserts it (one activation at a time per id), a relocation's target moves
+// it, a stopping activation deletes it. When membership changes, the holder of each id
+// may change too: every node then asks every live member for what it hosts and rebuilds
+// the entries it now holds (SyncRequest), and answers for ids it has no entry of only
+// once those answers are in. Only a node that sees a majority of the last agreed
+// membership places Actors (keep-majority, quorum.go).
+//
+// Actors stay where they are activated: a join moves directory entries, not Actors.
 type RendezvousDirectory struct {
 	host *Host
+
+	mu             sync.Mutex
+	entries        map[string]dirEntry      // the ids this node holds
+	creating       map[string]chan struct{} // ids being placed now: later lookups wait
+	ready          chan struct{}            // closed once the latest rebuild is done
+	syncGen        uint64                   // the latest rebuild
+	rebuilding     bool
+	releasedDuring map[RouteFence]bool // activations released while a rebuild runs
+}
+
+// dirEntry is the directory entry of one ActorId.
+type dirEntry struct {
+	kind  string
+	fence RouteFence
+}
+
+func newRendezvousDirectory(h *Host) *RendezvousDirectory {
+	ready := make(chan struct{})
+	close(ready)
+	return &RendezvousDirectory{host: h, entries: map[string]dirEntry{}, creating: map[string]chan struct{}{}, ready: ready}
 }
 
 // Lookup implements Directory.
 func (d *RendezvousDirectory) Lookup(ctx context.Context, kind, id, onRID string) (RouteFence, error) {
+	return d.lookup(ctx, kind, id, onRID, nil)
+}
+
+// lookup is Lookup with the fence an earlier lookup returned that named no activation.
+func (d *RendezvousDirectory) lookup(ctx context.Context, kind, id, onRID string, stale *RouteFence) (RouteFence, error) {
 	h := d.host
-	self := h.node.ID()
-	target := onRID
-	if target == "" {
-		owner := d.ownerOf(id, h.node.Membership().Live())
-		if owner.RID == "" {
-			return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
-		}
-		target = owner.RID
+	if id == "" || len(id) > 255 {
+		return RouteFence{}, fmt.Errorf("%w: %q", ErrBadID, id)
 	}
-	if target == self.RID {
-		return h.activateLocalPlaced(kind, id, onRID != "")
+	holder := d.holderOf(id)
+	if holder.RID == "" {
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
 	}
-	f, err := d.remoteLookup(ctx, target, kind, id, onRID != "")
+	if holder == h.node.ID() {
+		return d.serve(ctx, kind, id, onRID, stale)
+	}
+	f, err := d.remoteLookup(ctx, holder.RID, kind, id, onRID, stale)
 	var ne *notOwnerError
-	if errors.As(err, &ne) && onRID == "" && ne.owner != "" && ne.owner != target {
-		// Our view of the membership and the owner's differ for a moment: follow its
+	if errors.As(err, &ne) && ne.owner != "" && ne.owner != holder.RID {
+		// Our view of the membership and the holder's differ for a moment: follow its
 		// answer once.
-		if ne.owner == self.RID {
-			return h.activateLocalPlaced(kind, id, false)
+		if ne.owner == h.node.ID().RID {
+			return d.serve(ctx, kind, id, onRID, stale)
 		}
-		return d.remoteLookup(ctx, ne.owner, kind, id, false)
+		return d.remoteLookup(ctx, ne.owner, kind, id, onRID, stale)
 	}
 	return f, err
 }
 
-// ownerOf returns the member placement chooses for id.
-func (d *RendezvousDirectory) ownerOf(id string, members []mesh.Member) mesh.NodeID {
+// Where returns the directory entry of id without activating anything: NotFound when
+// the Actor has no activation.
+func (d *RendezvousDirectory) Where(ctx context.Context, id string) (string, RouteFence, error) {
+	holder := d.holderOf(id)
+	if holder.RID == "" {
+		return "", RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
+	}
+	if holder == d.host.node.ID() {
+		if err := d.usable(ctx); err != nil {
+			return "", RouteFence{}, err
+		}
+		d.mu.Lock()
+		e, ok := d.entries[id]
+		d.mu.Unlock()
+		if !ok || !d.host.node.Membership().IsLive(e.fence.Node) {
+			return "", RouteFence{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return e.kind, e.fence, nil
+	}
+	res, err := d.host.ask(ctx, holder, &meshpb.ClaimRequest{ActorId: id})
+	if err != nil {
+		return "", RouteFence{}, err
+	}
+	r, ok := res.(*meshpb.ClaimResponse)
+	if !ok {
+		return "", RouteFence{}, fault.Errorf(fault.Unavailable, "actor: unexpected answer %T", res)
+	}
+	if r.ErrorCode != "" {
+		return "", RouteFence{}, codeError(r.ErrorCode, r.ErrorMessage)
+	}
+	if r.Current == nil {
+		return "", RouteFence{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return r.Kind, fenceFromPB(r.Current), nil
+}
+
+// holderOf returns the member that holds id's directory entry in this node's view.
+func (d *RendezvousDirectory) holderOf(id string) mesh.NodeID {
+	return ownerOf(id, d.host.node.Membership().Live())
+}
+
+// ownerOf returns the member rendezvous hashing chooses for id.
+func ownerOf(id string, members []mesh.Member) mesh.NodeID {
 	var best mesh.NodeID
 	var bestScore uint64
 	for _, m := range members {
@@ -102,33 +181,236 @@ func rendezvousScore(id, rid string) uint64 {
 	return h
 }
 
+// usable waits until the latest rebuild is done, and fails while this node has no
+// quorum.
+func (d *RendezvousDirectory) usable(ctx context.Context) error {
+	if !d.host.quorum.has() {
+		return ErrNoQuorum
+	}
+	d.mu.Lock()
+	ready := d.ready
+	d.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return fault.Errorf(fault.Unavailable, "actor: the directory is rebuilding after a membership change: %w", ctx.Err())
+	}
+}
+
+// serve answers a lookup for an id this node holds: the entry when it names a live
+// node, otherwise a new activation (on placeOn, or here), entered before it is
+// returned. Lookups of one id that race wait for the first.
+func (d *RendezvousDirectory) serve(ctx context.Context, kind, id, placeOn string, stale *RouteFence) (RouteFence, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultLookupTimeout)
+		defer cancel()
+	}
+	if err := d.usable(ctx); err != nil {
+		return RouteFence{}, err
+	}
+	h := d.host
+	for {
+		d.mu.Lock()
+		if e, ok := d.entries[id]; ok {
+			if kind != "" && e.kind != kind {
+				d.mu.Unlock()
+				return RouteFence{}, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, id, e.kind)
+			}
+			if h.node.Membership().IsLive(e.fence.Node) {
+				d.mu.Unlock()
+				if stale == nil || *stale != e.fence || d.hosts(ctx, e.fence) {
+					return e.fence, nil
+				}
+				// The caller found no activation behind the entry, and its node
+				// confirms it: the entry is stale (its release was lost or overtaken).
+				d.compareAndSet("", id, &e.fence, nil)
+				stale = nil
+				continue
+			}
+			// Its node failed or left: the Actor is activated anew (failover).
+			delete(d.entries, id)
+		}
+		if wait, busy := d.creating[id]; busy {
+			d.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s: %w", id, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		d.creating[id] = done
+		d.mu.Unlock()
+		f, err := d.place(ctx, kind, id, placeOn)
+		d.mu.Lock()
+		delete(d.creating, id)
+		if err == nil {
+			d.entries[id] = dirEntry{kind: kind, fence: f}
+		}
+		close(done)
+		d.mu.Unlock()
+		return f, err
+	}
+}
+
+// place activates id on placeOn (or here).
+func (d *RendezvousDirectory) place(ctx context.Context, kind, id, placeOn string) (RouteFence, error) {
+	h := d.host
+	if kind == "" {
+		return RouteFence{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if h.draining.Load() && (placeOn == "" || placeOn == h.node.ID().RID) {
+		// A draining node places nothing on itself: the Actor goes where placement
+		// would put it without this node.
+		others := h.node.Membership().Live()
+		others = slices.DeleteFunc(slices.Clone(others), func(m mesh.Member) bool { return m.ID == h.node.ID() })
+		if placeOn = ownerOf(id, others).RID; placeOn == "" {
+			return RouteFence{}, fault.Errorf(fault.ShuttingDown, "actor: this node is draining and no other member can host %s", id)
+		}
+	}
+	if placeOn == "" || placeOn == h.node.ID().RID {
+		return h.activateLocal(kind, id)
+	}
+	mem, ok := h.node.Membership().Member(placeOn)
+	if !ok || !h.node.Membership().IsLive(mem.ID) {
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: node %s is not a live member", placeOn)
+	}
+	res, err := h.ask(ctx, mem.ID, &meshpb.ActivateRequest{Kind: kind, ActorId: id})
+	if err != nil {
+		return RouteFence{}, err
+	}
+	r, ok := res.(*meshpb.LookupResponse)
+	if !ok {
+		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: activation of %s on %s: unexpected answer %T", id, placeOn, res)
+	}
+	return responseFence(r)
+}
+
+// claim is the directory's compare-and-set at the holder of id: the entry goes from
+// expected (nil: absent) to next (nil: deleted) only if it is expected now. It returns
+// whether it applied and the entry as it is after.
+func (d *RendezvousDirectory) claim(ctx context.Context, kind, id string, expected, next *RouteFence) (bool, error) {
+	holder := d.holderOf(id)
+	if holder.RID == "" {
+		return false, fault.Errorf(fault.Unavailable, "actor: no live member")
+	}
+	if holder == d.host.node.ID() {
+		if err := d.usable(ctx); err != nil {
+			return false, err
+		}
+		applied, _, _ := d.compareAndSet(kind, id, expected, next)
+		return applied, nil
+	}
+	req := &meshpb.ClaimRequest{Kind: kind, ActorId: id, Expected: fenceToPBPtr(expected), Next: fenceToPBPtr(next)}
+	if next == nil && expected != nil {
+		req.Kind = "$delete"
+	}
+	res, err := d.host.ask(ctx, holder, req)
+	if err != nil {
+		return false, err
+	}
+	r, ok := res.(*meshpb.ClaimResponse)
+	if !ok {
+		return false, fault.Errorf(fault.Unavailable, "actor: claim of %s: unexpected answer %T", id, res)
+	}
+	if r.ErrorCode != "" {
+		return false, codeError(r.ErrorCode, r.ErrorMessage)
+	}
+	return r.Applied, nil
+}
+
+// compareAndSet applies a claim at the holder.
+func (d *RendezvousDirectory) compareAndSet(kind, id string, expected, next *RouteFence) (applied bool, cur dirEntry, found bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, found = d.entries[id]
+	switch {
+	case expected == nil && found:
+		return false, cur, found
+	case expected != nil && (!found || cur.fence != *expected):
+		return false, cur, found
+	}
+	if next == nil {
+		delete(d.entries, id)
+		if d.rebuilding && expected != nil {
+			// A report a rebuild collected before this release must not bring the
+			// entry back.
+			d.releasedDuring[*expected] = true
+		}
+		return true, dirEntry{}, false
+	}
+	if kind == "" {
+		kind = cur.kind
+	}
+	e := dirEntry{kind: kind, fence: *next}
+	d.entries[id] = e
+	return true, e, true
+}
+
+// released deletes id's entry if it still names f (the activation stopped). It never
+// waits: the holder is told one-way.
+func (d *RendezvousDirectory) released(kind string, f RouteFence) {
+	holder := d.holderOf(f.ID)
+	if holder.RID == "" {
+		return
+	}
+	if holder == d.host.node.ID() {
+		d.compareAndSet(kind, f.ID, &f, nil)
+		return
+	}
+	if mem, ok := d.host.node.Membership().Member(holder.RID); ok {
+		d.host.system.Root.Send(proto.NewPID(mem.RemoteAddr, directoryActorName),
+			&meshpb.ClaimRequest{Kind: "$delete", ActorId: f.ID, Expected: fenceToPB(f), ToGeneration: mem.ID.Generation})
+	}
+}
+
 type notOwnerError struct{ owner string }
 
 func (e *notOwnerError) Error() string {
-	return "actor: lookup reached a node that is not the owner; owner " + e.owner
+	return "actor: lookup reached a node that is not the directory holder; holder " + e.owner
 }
 
-func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id string, placeHere bool) (RouteFence, error) {
+func (d *RendezvousDirectory) remoteLookup(ctx context.Context, rid, kind, id, placeOn string, stale *RouteFence) (RouteFence, error) {
 	h := d.host
 	mem, ok := h.node.Membership().Member(rid)
 	if !ok || !h.node.Membership().IsLive(mem.ID) {
 		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: node %s is not a live member", rid)
 	}
-	timeout := defaultLookupTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
 	self := h.node.ID()
-	req := &meshpb.LookupRequest{Kind: kind, ActorId: id, PlaceHere: placeHere, FromRid: self.RID, FromGeneration: self.Generation}
-	res, err := h.system.Root.RequestFuture(proto.NewPID(mem.RemoteAddr, directoryActorName), req, timeout).Result()
+	res, err := h.ask(ctx, mem.ID, &meshpb.LookupRequest{Kind: kind, ActorId: id, PlaceOn: placeOn, FromRid: self.RID, FromGeneration: self.Generation, Stale: fenceToPBPtr(stale)})
 	if err != nil {
-		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s on %s: %v", id, rid, err)
+		return RouteFence{}, err
 	}
 	resp, ok := res.(*meshpb.LookupResponse)
 	if !ok {
 		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s on %s: unexpected answer %T", id, rid, res)
 	}
 	return responseFence(resp)
+}
+
+// ask sends a directory message to the directory actor of node and waits for the
+// answer, within ctx (defaultLookupTimeout without a deadline).
+func (h *Host) ask(ctx context.Context, node mesh.NodeID, msg any) (any, error) {
+	mem, ok := h.node.Membership().Member(node.RID)
+	if !ok || !h.node.Membership().IsLive(mem.ID) {
+		return nil, fault.Errorf(fault.Unavailable, "actor: node %s is not a live member", node.RID)
+	}
+	timeout := defaultLookupTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return nil, fault.Errorf(fault.DeadlineExceeded, "actor: directory request to %s: %w", node.RID, context.DeadlineExceeded)
+	}
+	stamp(msg, mem.ID.Generation)
+	res, err := h.system.Root.RequestFuture(proto.NewPID(mem.RemoteAddr, directoryActorName), msg, timeout).Result()
+	if err != nil {
+		return nil, fault.Errorf(fault.Unavailable, "actor: directory request to %s: %v", node.RID, err)
+	}
+	return res, nil
 }
 
 func responseFence(r *meshpb.LookupResponse) (RouteFence, error) {
@@ -142,60 +424,174 @@ func responseFence(r *meshpb.LookupResponse) (RouteFence, error) {
 		}, nil
 	case codeNotOwner:
 		return RouteFence{}, &notOwnerError{owner: r.OwnerRid}
-	case codeUnknownKind:
-		return RouteFence{}, fmt.Errorf("%w: %s", ErrUnknownKind, r.ErrorMessage)
-	case codeKindMismatch:
-		return RouteFence{}, fmt.Errorf("%w: %s", ErrKindMismatch, r.ErrorMessage)
-	case codeBadID:
-		return RouteFence{}, fmt.Errorf("%w: %s", ErrBadID, r.ErrorMessage)
 	}
-	return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: %s: %s", r.ErrorCode, r.ErrorMessage)
+	return RouteFence{}, codeError(r.ErrorCode, r.ErrorMessage)
+}
+
+// codeError turns a directory error code back into the error it stands for.
+func codeError(code, message string) error {
+	for _, sc := range sentinelCodes {
+		if sc.code == code {
+			return fmt.Errorf("%w: %s", sc.err, message)
+		}
+	}
+	if k, ok := fault.KindOf(code); ok {
+		return fault.Errorf(k, "actor: %s", message)
+	}
+	return fault.Errorf(fault.Unavailable, "actor: %s: %s", code, message)
+}
+
+// errorCode is the directory wire code of err.
+func errorCode(err error) string {
+	for _, sc := range sentinelCodes {
+		if errors.Is(err, sc.err) {
+			return sc.code
+		}
+	}
+	return fault.Code(err)
 }
 
 // Directory error codes on the wire.
 const (
 	codeNotOwner     = "not_owner"
-	codeUnknownKind  = "not_found"
-	codeKindMismatch = "type_mismatch"
-	codeBadID        = "invalid_argument"
-	codeUnavailable  = "unavailable"
+	codeUnknownKind  = "unknown_kind"
+	codeKindMismatch = "kind_mismatch"
+	codeBadID        = "bad_id"
+	codeNoQuorum     = "no_quorum"
+	codeNotActive    = "not_active"
+	codeUnknownNode  = "unknown_node"
+	codeMoving       = "moving"
+	codeAlreadyThere = "already_there"
+	codeBadState     = "bad_state"
 )
 
-// directoryActor serves lookups from other nodes.
-type directoryActor struct{ h *Host }
-
-func (a *directoryActor) Receive(ctx proto.Context) {
-	req, ok := ctx.Message().(*meshpb.LookupRequest)
-	if !ok {
-		return
-	}
-	ctx.Respond(a.h.serveLookup(req))
+// sentinelCodes are the errors that keep their identity across nodes (the directory
+// code names them; any other error keeps its fault kind).
+var sentinelCodes = []struct {
+	err  error
+	code string
+}{
+	{ErrUnknownKind, codeUnknownKind}, {ErrKindMismatch, codeKindMismatch}, {ErrBadID, codeBadID},
+	{ErrNoQuorum, codeNoQuorum}, {ErrNotFound, codeNotActive}, {ErrUnknownNode, codeUnknownNode},
+	{ErrMoving, codeMoving}, {ErrAlreadyThere, codeAlreadyThere}, {ErrBadState, codeBadState},
 }
 
-func (h *Host) serveLookup(req *meshpb.LookupRequest) *meshpb.LookupResponse {
-	if !req.PlaceHere {
-		if rd, ok := h.dir.(*RendezvousDirectory); ok {
-			if owner := rd.ownerOf(req.ActorId, h.node.Membership().Live()); owner.RID != h.node.ID().RID {
-				return &meshpb.LookupResponse{ActorId: req.ActorId, ErrorCode: codeNotOwner, OwnerRid: owner.RID}
-			}
-		}
+func fenceToPB(f RouteFence) *meshpb.Fence {
+	return &meshpb.Fence{ActorId: f.ID, ObjectGeneration: f.ObjectGeneration, NodeRid: f.Node.RID, NodeGeneration: f.Node.Generation,
+		AuthorityOwnerGeneration: f.AuthorityOwnerGeneration, OwnerLeaseGeneration: f.OwnerLeaseGeneration}
+}
+
+func fenceToPBPtr(f *RouteFence) *meshpb.Fence {
+	if f == nil {
+		return nil
 	}
-	f, err := h.activateLocalPlaced(req.Kind, req.ActorId, req.PlaceHere)
+	return fenceToPB(*f)
+}
+
+func fenceFromPB(f *meshpb.Fence) RouteFence {
+	if f == nil {
+		return RouteFence{}
+	}
+	return RouteFence{Ref: Ref{ID: f.ActorId, ObjectGeneration: f.ObjectGeneration},
+		Node:                     mesh.NodeID{RID: f.NodeRid, Generation: f.NodeGeneration},
+		AuthorityOwnerGeneration: f.AuthorityOwnerGeneration, OwnerLeaseGeneration: f.OwnerLeaseGeneration}
+}
+
+func fencePtrFromPB(f *meshpb.Fence) *RouteFence {
+	if f == nil {
+		return nil
+	}
+	r := fenceFromPB(f)
+	return &r
+}
+
+func lookupResponse(f RouteFence, err error) *meshpb.LookupResponse {
 	if err != nil {
-		code := codeUnavailable
-		switch {
-		case errors.Is(err, ErrUnknownKind):
-			code = codeUnknownKind
-		case errors.Is(err, ErrKindMismatch):
-			code = codeKindMismatch
-		case errors.Is(err, ErrBadID):
-			code = codeBadID
-		}
-		return &meshpb.LookupResponse{ActorId: req.ActorId, ErrorCode: code, ErrorMessage: err.Error()}
+		return &meshpb.LookupResponse{ActorId: f.ID, ErrorCode: errorCode(err), ErrorMessage: err.Error()}
 	}
 	return &meshpb.LookupResponse{
 		ActorId: f.ID, ObjectGeneration: f.ObjectGeneration,
 		NodeRid: f.Node.RID, NodeGeneration: f.Node.Generation,
 		AuthorityOwnerGeneration: f.AuthorityOwnerGeneration, OwnerLeaseGeneration: f.OwnerLeaseGeneration,
+	}
+}
+
+// hosts asks the node of f whether it hosts the activation f (or it arrives there by a
+// move); an unanswered question counts as yes (the entry is kept).
+func (d *RendezvousDirectory) hosts(ctx context.Context, f RouteFence) bool {
+	h := d.host
+	if f.Node == h.node.ID() {
+		return h.hostsFence(f)
+	}
+	res, err := h.ask(ctx, f.Node, &meshpb.ClaimRequest{Kind: "$hosts", ActorId: f.ID, Expected: fenceToPB(f)})
+	if err != nil {
+		return true
+	}
+	r, ok := res.(*meshpb.ClaimResponse)
+	return !ok || r.Applied
+}
+
+// hostsFence reports whether this node hosts the activation f.
+func (h *Host) hostsFence(f RouteFence) bool {
+	a, ok := h.local(f.ID)
+	return ok && a.fence == f
+}
+
+// DirectoryEntry is one entry this node holds in the built-in directory.
+type DirectoryEntry struct {
+	Kind  string
+	Fence RouteFence
+}
+
+// DirectoryEntries lists the directory entries this node holds (nil with another
+// Directory), by ActorId.
+func (h *Host) DirectoryEntries() map[string]DirectoryEntry {
+	if h.rdir == nil {
+		return nil
+	}
+	d := h.rdir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]DirectoryEntry, len(d.entries))
+	for id, e := range d.entries {
+		out[id] = DirectoryEntry{Kind: e.kind, Fence: e.fence}
+	}
+	return out
+}
+
+// addressed is a directory or relocation message addressed to one node lifecycle.
+type addressed interface{ GetToGeneration() uint64 }
+
+// forThisLifecycle reports whether m is for this node lifecycle: protoactor remote
+// delivers what it queued for an address once the address answers again, which may be
+// a later lifecycle of the node (a restart on the same port). Those are dropped.
+func (h *Host) forThisLifecycle(m any) bool {
+	a, ok := m.(addressed)
+	return !ok || a.GetToGeneration() == 0 || a.GetToGeneration() == h.node.ID().Generation
+}
+
+// stamp addresses m to the node lifecycle gen.
+func stamp(m any, gen uint64) {
+	switch m := m.(type) {
+	case *meshpb.LookupRequest:
+		m.ToGeneration = gen
+	case *meshpb.ActivateRequest:
+		m.ToGeneration = gen
+	case *meshpb.ClaimRequest:
+		m.ToGeneration = gen
+	case *meshpb.SyncRequest:
+		m.ToGeneration = gen
+	case *meshpb.SyncResponse:
+		m.ToGeneration = gen
+	case *meshpb.RelocateRequest:
+		m.ToGeneration = gen
+	case *meshpb.MovePrepare:
+		m.ToGeneration = gen
+	case *meshpb.Retire:
+		m.ToGeneration = gen
+	case *meshpb.MoveCutover:
+		m.ToGeneration = gen
+	case *meshpb.Followed:
+		m.ToGeneration = gen
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/eventstream"
 	"github.com/meshnode/meshnode/internal/workpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -80,6 +81,8 @@ type Host struct {
 	pool   *workpool.Pool // runs activation turns on goroutines whose stacks have grown
 	log    *slog.Logger
 	dir    Directory
+	rdir   *RendezvousDirectory // the built-in directory (nil with another Directory)
+	quorum *quorum
 
 	mu     sync.Mutex
 	kinds  map[string]Kind
@@ -93,7 +96,10 @@ type Host struct {
 	messages messageTypes
 	routeMu  sync.Mutex
 	routes   map[Address]RouteFence // resolved Addresses; forgotten on failure and membership change
-	calls    pendingCalls
+	// staleRoutes are fences that named no activation, by Address: the next look-up
+	// asks the directory to check them.
+	staleRoutes map[Address]RouteFence
+	calls       pendingCalls
 
 	maxPanics   int
 	panicWindow time.Duration
@@ -108,6 +114,23 @@ type Host struct {
 	onStop       func(t *Turn)
 	onRejected   func(from mesh.NodeID, rec *wire.Record)
 	otherReplies mesh.RecordHandler
+	moveHooks    MoveHooks
+
+	// Directory and relocation work the host owns: tasks end with closing, Close
+	// waits for them.
+	closing      context.Context
+	stopClosing  context.CancelFunc
+	tasks        sync.WaitGroup
+	taskSlots    chan struct{}
+	followMu     sync.Mutex
+	follows      map[string]follow // Message Follow routes, by the moved activation's name
+	moves        atomic.Int64
+	movesFailed  atomic.Int64
+	movesRefused atomic.Int64
+	followed     atomic.Int64
+	duplicates   atomic.Int64
+	draining     atomic.Bool
+	deadFollowed *eventstream.Subscription
 	bridge       SessionBridge
 
 	maxMailbox      int
@@ -153,10 +176,16 @@ func (h *Host) remoteAddr(to RouteFence) (mesh.ActorAddr, error) {
 
 // activation is one live Actor.
 type activation struct {
-	kind     string
-	explicit bool
-	fence    RouteFence
-	pid      *proto.PID
+	kind  string
+	def   Kind
+	fence RouteFence
+	pid   *proto.PID
+	// former is the fence the Actor had on the node it moved from: records addressed to
+	// it (held by the source, or forwarded by Message Follow) are its own.
+	former   *RouteFence
+	moved    bool        // it arrived by a move (set before it is published)
+	moving   atomic.Bool // a move from here is in progress
+	arriving atomic.Bool // moved here, not committed yet: dispatch closed
 
 	queued      atomic.Int64 // messages in its mailbox (records and Actor messages)
 	queuedBytes atomic.Int64
@@ -206,6 +235,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		return nil, err
 	}
 	h.routes = map[Address]RouteFence{}
+	h.staleRoutes = map[Address]RouteFence{}
 	h.maxPanics, h.panicWindow = opts.MaxPanics, opts.PanicWindow
 	if h.maxPanics <= 0 {
 		h.maxPanics = DefaultMaxPanics
@@ -214,9 +244,14 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		h.panicWindow = DefaultPanicWindow
 	}
 	h.clock.Store(time.Now().UnixNano())
+	h.closing, h.stopClosing = context.WithCancel(context.Background())
+	h.taskSlots = make(chan struct{}, maxDirectoryTasks)
+	h.follows = map[string]follow{}
+	h.quorum = newQuorum(node.ID().RID)
 	h.dir = opts.Directory
 	if h.dir == nil {
-		h.dir = &RendezvousDirectory{host: h}
+		h.rdir = newRendezvousDirectory(h)
+		h.dir = h.rdir
 	}
 	pid, err := h.system.Root.SpawnNamed(proto.PropsFromProducer(func() proto.Actor { return &directoryActor{h: h} }), directoryActorName)
 	if err != nil {
@@ -235,6 +270,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	node.Records().Handle(wire.CmdReply, h.onReply)
 	node.Records().OnUndeliverable(h.undeliverable)
 	h.unsubscribe = node.Membership().Subscribe(h.onMembership)
+	h.deadFollowed = h.system.EventStream.Subscribe(h.onDeadFollowed)
 	if h.idleTimeout > 0 {
 		h.stopSweep, h.sweepDone = make(chan struct{}), make(chan struct{})
 		go h.sweep()
@@ -270,13 +306,14 @@ func (h *Host) RegisterMessages(types ...MessageType) error {
 // Codecs returns the codec registry of the host's messages.
 func (h *Host) Codecs() *codec.Registry { return h.codecs }
 
-// Lookup returns where the Actor id of kind lives, activating it where placement puts
-// it when it is not active.
+// Lookup returns where the Actor id of kind lives, activating it (on the directory
+// holder of id) when it is not active.
 func (h *Host) Lookup(ctx context.Context, kind, id string) (RouteFence, error) {
 	return h.dir.Lookup(ctx, kind, id, "")
 }
 
-// LookupOn is Lookup with explicit placement on the node rid.
+// LookupOn is Lookup with explicit placement on the node rid when the Actor is not
+// active; an active Actor is returned where it is.
 func (h *Host) LookupOn(ctx context.Context, kind, id, rid string) (RouteFence, error) {
 	return h.dir.Lookup(ctx, kind, id, rid)
 }
@@ -312,6 +349,9 @@ func (h *Host) Close() {
 		_ = h.metricsReg.Unregister()
 	}
 	h.unsubscribe()
+	h.system.EventStream.Unsubscribe(h.deadFollowed)
+	h.stopClosing()
+	h.tasks.Wait()
 	for _, a := range acts {
 		a.cancel()
 	}
@@ -322,31 +362,28 @@ func (h *Host) Close() {
 	h.pool.Release()
 }
 
-// activateLocalPlaced returns the local activation of id, creating it if needed.
-// explicit marks an activation placed here on request, which membership changes do not
-// move.
-func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, error) {
+// activateLocal returns the local activation of id, creating it if needed. The
+// directory calls it on the node it places the Actor on.
+func (h *Host) activateLocal(kind, id string) (RouteFence, error) {
 	if id == "" || len(id) > 255 {
 		return RouteFence{}, fmt.Errorf("%w: %q", ErrBadID, id)
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return RouteFence{}, ErrClosed
-	}
 	if a, ok := h.acts[id]; ok {
+		h.mu.Unlock()
 		if a.kind != kind {
 			return RouteFence{}, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, id, a.kind)
 		}
 		return a.fence, nil
 	}
 	k, ok := h.kinds[kind]
+	h.mu.Unlock()
 	if !ok {
 		return RouteFence{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
 	}
 	gen := mesh.NewGeneration()
 	self := h.node.ID()
-	a := &activation{kind: kind, explicit: explicit, fence: RouteFence{
+	a, err := h.spawn(k, RouteFence{
 		Ref:  Ref{ID: id, ObjectGeneration: gen},
 		Node: self,
 		// The authority owner generation of a fresh activation is its activation time
@@ -354,21 +391,52 @@ func (h *Host) activateLocalPlaced(kind, id string, explicit bool) (RouteFence, 
 		// later, so its authority generation is higher than the failed owner's.
 		AuthorityOwnerGeneration: gen,
 		OwnerLeaseGeneration:     self.Generation,
-	}}
+	}, k.New(), nil)
+	if err != nil {
+		return RouteFence{}, err
+	}
+	return a.fence, nil
+}
+
+// spawn starts an activation of kind k under fence with the Actor impl, and enters it
+// in the host's table; with arr it arrives by a move (dispatch closed until its
+// cutover). If id is already active here, that activation is returned (kind
+// permitting) and impl is dropped.
+func (h *Host) spawn(k Kind, fence RouteFence, impl Actor, arr *arrival) (*activation, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if a, ok := h.acts[fence.ID]; ok {
+		if arr != nil {
+			return nil, fault.Errorf(fault.AlreadyExists, "actor: %s already has an activation here", fence.ID)
+		}
+		if a.kind != k.Name {
+			return nil, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, fence.ID, a.kind)
+		}
+		return a, nil
+	}
+	a := &activation{kind: k.Name, def: k, fence: fence}
+	if arr != nil {
+		src := arr.m.Source
+		a.former = &src
+		a.moved = true
+		a.arriving.Store(true)
+	}
 	a.lastActive.Store(time.Now().UnixNano())
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	impl := k.New()
-	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl} },
+	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl, arrival: arr} },
 		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }),
 		proto.WithDispatcher(h.pool))
-	pid, err := h.system.Root.SpawnNamed(props, activationName(a.fence.Ref))
+	pid, err := h.system.Root.SpawnNamed(props, activationName(fence.Ref))
 	if err != nil {
 		a.cancel()
-		return RouteFence{}, fmt.Errorf("actor: activate %s: %w", id, err)
+		return nil, fmt.Errorf("actor: activate %s: %w", fence.ID, err)
 	}
 	a.pid = pid
-	h.acts[id] = a
-	return a.fence, nil
+	h.acts[fence.ID] = a
+	return a, nil
 }
 
 func (h *Host) local(id string) (*activation, bool) {
@@ -378,7 +446,7 @@ func (h *Host) local(id string) (*activation, bool) {
 	return a, ok
 }
 
-// Deactivate stops the local activation of id, if any.
+// Deactivate stops the local activation of id, if any; its directory entry goes.
 func (h *Host) Deactivate(id string) {
 	h.mu.Lock()
 	a, ok := h.acts[id]
@@ -387,6 +455,9 @@ func (h *Host) Deactivate(id string) {
 	}
 	h.mu.Unlock()
 	if ok {
+		if !a.arriving.Load() && h.rdir != nil {
+			h.rdir.released(a.kind, a.fence)
+		}
 		h.stop(a)
 	}
 }
@@ -420,6 +491,18 @@ func fenceMatches(cur, want RouteFence) bool {
 		cur.AuthorityOwnerGeneration == want.AuthorityOwnerGeneration
 }
 
+// addressedTo reports whether a record with fence want is for activation a: its
+// current fence, or one it had before it moved (same ActorId and ObjectGeneration, an
+// earlier authority owner generation: a move keeps the identity and raises the
+// authority). A new activation of the ActorId has a new ObjectGeneration, so nothing
+// meant for an earlier incarnation passes.
+func (a *activation) addressedTo(want RouteFence) bool {
+	if fenceMatches(a.fence, want) {
+		return true
+	}
+	return a.moved && want.Ref == a.fence.Ref && want.AuthorityOwnerGeneration < a.fence.AuthorityOwnerGeneration
+}
+
 // receiveActorSend delivers an inbound record 24 into the target's mailbox once its
 // fence is current.
 func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
@@ -435,7 +518,16 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	a, found := h.local(in.to.ID)
-	if !found || !fenceMatches(a.fence, in.to) {
+	if !found {
+		if f, ok := h.followRoute(activationName(in.to.Ref)); ok && fenceMatches(f.source, in.to) {
+			if frames, err := wire.Encode(rec); err == nil {
+				h.followed.Add(1)
+				h.system.Root.Send(f.pid, &meshpb.Followed{FromRid: from.RID, FromGeneration: from.Generation, Frames: frames, ToGeneration: f.target.Node.Generation})
+				return
+			}
+		}
+	}
+	if !found || !a.addressedTo(in.to) {
 		h.node.Records().DropStale(from, "record 24 for "+in.to.String()+": no such activation")
 		if in.corr != 0 {
 			h.failRequest(from, in.corr, wire.ResultNotFound, wire.FailureActorRouteNotFound)
@@ -452,39 +544,26 @@ type remoteSend struct {
 	in   inboundSend
 }
 
-// onMembership gives up activations that placement now puts on another node, so a
-// lookup there does not leave two live activations of one ActorId.
+// onMembership follows membership: keep-majority, the directory's rebuild (the holder
+// of some ids may have changed), and calls waiting on a node that went. Activations
+// stay where they are.
 func (h *Host) onMembership(ev mesh.MemberEvent) {
-	// Placement may differ now: resolved Addresses are looked up again.
+	// Resolved Addresses are looked up again.
 	h.routeMu.Lock()
 	clear(h.routes)
 	h.routeMu.Unlock()
 	if ev.Type == mesh.EventFailed || ev.Type == mesh.EventLeft {
 		// Requests waiting on an Actor of that node get no answer now.
 		h.calls.failNode(ev.Member.ID, ev.Type.String())
+	}
+	if ev.Type != mesh.EventJoined && ev.Type != mesh.EventFailed && ev.Type != mesh.EventLeft {
 		return
 	}
-	if ev.Type != mesh.EventJoined {
-		return
+	if ok, changed := h.quorum.update(ev, h.node.Membership().Live()); changed {
+		h.quorumChanged(ok)
 	}
-	rd, ok := h.dir.(*RendezvousDirectory)
-	if !ok {
-		return
-	}
-	members := h.node.Membership().Live()
-	var moved []string
-	h.mu.Lock()
-	for id, a := range h.acts {
-		if a.explicit {
-			continue
-		}
-		if owner := rd.ownerOf(id, members); owner.RID != h.node.ID().RID {
-			moved = append(moved, id)
-		}
-	}
-	h.mu.Unlock()
-	for _, id := range moved {
-		h.Deactivate(id)
+	if h.rdir != nil {
+		h.rdir.membershipChanged()
 	}
 }
 
@@ -498,20 +577,77 @@ type shell struct {
 	pctx        proto.Context // of the current Receive
 	panics      []time.Time   // recent panics, for the panic policy
 	stopped     bool          // the panic policy stopped it
+	movedAway   bool          // it stops because it moved to another node
+	holding     bool          // sealed for a move: messages are held, not dispatched
+	held        []any         // what a sealed source or a closed target holds, in order
+	arrival     *arrival      // set while it arrives by a move (dispatch closed)
+	forwardTo   *proto.PID    // set once it moved away: what still reaches it follows
+	forwardFrom RouteFence    // its fence before it moved away
+	forwardGen  uint64        // the lifecycle of the node it moved to
 }
 
 func (s *shell) Receive(pctx proto.Context) {
 	s.pctx = pctx
 	switch m := pctx.Message().(type) {
 	case *proto.Started:
+		if s.arrival != nil {
+			// Arriving by a move: the Actor sees Started when dispatch opens.
+			s.arrive()
+			return
+		}
 		s.deliver(Started{}, nil, nil)
 	case *proto.Stopping:
-		s.deliver(Stopping{}, nil, nil)
-		if fn := s.h.stopHook(); fn != nil {
-			t := &Turn{s: s}
-			s.guard(func() { fn(t) })
+		if s.arrival == nil {
+			s.deliver(Stopping{}, nil, nil)
+			if fn := s.h.stopHook(); fn != nil {
+				t := &Turn{s: s}
+				s.guard(func() { fn(t) })
+			}
 		}
 		s.act.cancel()
+	case *moveSeal:
+		s.seal(m)
+	case *moveAbort:
+		s.abort(m)
+	case *moveHandOff:
+		s.handOff(pctx, m)
+	case *meshpb.MoveCutover:
+		if !s.h.forThisLifecycle(m) {
+			return
+		}
+		s.commitArrival(pctx, true, "")
+	case cutoverTimeout:
+		s.commitArrival(pctx, false, "timeout")
+	case *proto.Stopped, *proto.Restarting, *proto.ReceiveTimeout:
+	default:
+		if s.forwardTo != nil {
+			s.forward(pctx, m)
+			return
+		}
+		if s.holding || s.arrival != nil {
+			s.hold(m)
+			return
+		}
+		s.dispatch(pctx, m)
+	}
+}
+
+// hold keeps a message while the activation is sealed for a move (source) or not open
+// yet (target). A sealed source drops its timers and collection checks: they belong to
+// the activation that is going.
+func (s *shell) hold(msg any) {
+	if s.holding {
+		switch msg.(type) {
+		case turnCallback, collectIfIdle:
+			return
+		}
+	}
+	s.held = append(s.held, msg)
+}
+
+// dispatch runs one message of the activation.
+func (s *shell) dispatch(pctx proto.Context, msg any) {
+	switch m := msg.(type) {
 	case *delivery:
 		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
@@ -524,12 +660,23 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.act.dequeued(envelopeBytes(m))
 		s.act.lastActive.Store(s.h.clock.Load())
 		s.receiveRecord(m)
+	case *meshpb.Followed:
+		s.act.dequeued(0)
+		if !s.h.forThisLifecycle(m) {
+			s.h.node.Records().DropStale(mesh.NodeID{RID: m.FromRid, Generation: m.FromGeneration}, "followed record for an earlier lifecycle of this node")
+			return
+		}
+		s.act.lastActive.Store(s.h.clock.Load())
+		s.receiveFollowed(m)
 	case turnCallback:
 		t := &Turn{s: s}
 		s.guard(func() { m.fn(t) })
 	case collectIfIdle:
-		if s.h.collectable(s.act, time.Now()) && s.h.retire(s.act) {
+		if !s.act.moving.Load() && s.h.collectable(s.act, time.Now()) && s.h.retire(s.act) {
 			s.h.collected.Add(1)
+			if s.h.rdir != nil {
+				s.h.rdir.released(s.act.kind, s.act.fence)
+			}
 			s.act.cancel()
 			pctx.Stop(pctx.Self())
 		}
@@ -561,6 +708,11 @@ func (s *shell) receiveRecord(env *meshpb.Envelope) {
 	if !ok {
 		return
 	}
+	s.receiveDecoded(from, rec)
+}
+
+// receiveDecoded handles a record addressed to this activation once it is validated.
+func (s *shell) receiveDecoded(from mesh.NodeID, rec *wire.Record) {
 	if send, isSend := rec.Body.(*wire.ActorSend); !isSend || send.BoundSession != nil {
 		if fn := s.h.turnHandler(rec.Command()); fn != nil {
 			t := &Turn{s: s}
@@ -583,7 +735,7 @@ func (s *shell) receiveRecord(env *meshpb.Envelope) {
 // function that answers with a record 20.
 func (s *shell) receiveSend(from mesh.NodeID, in inboundSend) {
 	h := s.h
-	if !fenceMatches(s.act.fence, in.to) {
+	if !s.act.addressedTo(in.to) {
 		h.node.Records().DropStale(from, "record 24 for "+in.to.String()+", current "+s.act.fence.String())
 		if in.corr != 0 {
 			h.failRequest(from, in.corr, wire.ResultNotFound, wire.FailureActorRouteNotFound)

@@ -47,7 +47,7 @@ func (m activationMailbox) PostUserMessage(msg any) {
 			return
 		}
 		m.a.enqueued(size)
-	case *delivery, *remoteSend:
+	case *delivery, *remoteSend, *meshpb.Followed:
 		m.a.enqueued(0)
 	}
 	m.Mailbox.PostUserMessage(msg)

@@ -47,6 +47,9 @@ func (s *shell) panicked(r any, ctx *Context) {
 	h.log.Error("actor stopped by the panic policy", "actor", s.act.fence.Ref.String(), "kind", s.act.kind,
 		"panics", len(s.panics), "window", h.panicWindow)
 	if h.retire(s.act) {
+		if h.rdir != nil {
+			h.rdir.released(s.act.kind, s.act.fence)
+		}
 		s.act.cancel()
 		s.pctx.Stop(s.pctx.Self())
 	}

@@ -48,7 +48,19 @@ func (a Address) resolve(ctx context.Context, h *Host) (RouteFence, error) {
 	if ok {
 		return f, nil
 	}
-	f, err := h.Lookup(ctx, a.Kind, a.ID)
+	var stale *RouteFence
+	h.routeMu.Lock()
+	if sf, ok := h.staleRoutes[a]; ok {
+		stale = &sf
+		delete(h.staleRoutes, a)
+	}
+	h.routeMu.Unlock()
+	var err error
+	if stale != nil && h.rdir != nil {
+		f, err = h.rdir.lookup(ctx, a.Kind, a.ID, "", stale)
+	} else {
+		f, err = h.Lookup(ctx, a.Kind, a.ID)
+	}
 	if err != nil {
 		return RouteFence{}, err
 	}
@@ -71,6 +83,26 @@ func (h *Host) Resolve(ctx context.Context, a Address) (RouteFence, error) { ret
 
 // Forget drops the cached route of a.
 func (h *Host) Forget(a Address) { h.forgetRoute(a) }
+
+// ForgetStale drops the cached route of a, which named no activation at f: the next
+// resolve asks the directory to check f and replace it if it is stale.
+func (h *Host) ForgetStale(a Address, f RouteFence) { h.forgetFailed(a, f) }
+
+// forgetFailed drops a cached route whose fence f named no activation, and remembers f
+// for the next look-up of to.
+func (h *Host) forgetFailed(to Target, f RouteFence) {
+	a, ok := to.(Address)
+	if !ok {
+		return
+	}
+	h.routeMu.Lock()
+	delete(h.routes, a)
+	if len(h.staleRoutes) >= maxCachedRoutes {
+		clear(h.staleRoutes)
+	}
+	h.staleRoutes[a] = f
+	h.routeMu.Unlock()
+}
 
 // maxCachedRoutes bounds the route cache; it is simply cleared when full.
 const maxCachedRoutes = 1 << 16
@@ -106,7 +138,7 @@ func (h *Host) send(ctx context.Context, to Target, msg any, from *Ref) error {
 		if err == nil || !routeFailed(err) {
 			return err
 		}
-		h.forgetRoute(to)
+		h.forgetFailed(to, f)
 		if !retriable(to, attempt) {
 			return err
 		}
@@ -134,11 +166,11 @@ func (h *Host) request(ctx context.Context, to Target, msg any, from *Ref) (any,
 		defer cancel()
 	}
 	for attempt := 0; ; attempt++ {
-		v, undelivered, err := h.requestOnce(ctx, to, msg, from)
+		v, f, undelivered, err := h.requestOnce(ctx, to, msg, from)
 		if err == nil || !undelivered {
 			return v, err
 		}
-		h.forgetRoute(to)
+		h.forgetFailed(to, f)
 		if !retriable(to, attempt) {
 			return v, err
 		}
@@ -147,22 +179,22 @@ func (h *Host) request(ctx context.Context, to Target, msg any, from *Ref) (any,
 
 // requestOnce sends one request; undelivered reports a failure before any Actor took
 // the request (the route was stale or gone), which makes it safe to send again.
-func (h *Host) requestOnce(ctx context.Context, to Target, msg any, from *Ref) (v any, undelivered bool, err error) {
-	f, err := to.resolve(ctx, h)
+func (h *Host) requestOnce(ctx context.Context, to Target, msg any, from *Ref) (v any, f RouteFence, undelivered bool, err error) {
+	f, err = to.resolve(ctx, h)
 	if err != nil {
-		return nil, false, err
+		return nil, f, false, err
 	}
 	call := &pendingCall{done: make(chan callResult, 1), node: f.Node}
 	corr := h.calls.add(call)
 	defer h.calls.remove(corr)
 	if err := h.deliverTo(ctx, f, msg, from, &requestInfo{corr: corr, local: call}); err != nil {
-		return nil, routeFailed(err), err
+		return nil, f, routeFailed(err), err
 	}
 	select {
 	case r := <-call.done:
-		return r.value, errors.Is(r.err, errNotDelivered), r.err
+		return r.value, f, errors.Is(r.err, errNotDelivered), r.err
 	case <-ctx.Done():
-		return nil, false, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err())
+		return nil, f, false, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err())
 	}
 }
 
@@ -190,9 +222,13 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 	if f.Node == h.node.ID() {
 		a, ok := h.local(f.ID)
 		if !ok {
+			if fw, ok := h.followRoute(activationName(f.Ref)); ok && fenceMatches(fw.source, f) {
+				// Message Follow: the Actor moved away from here.
+				return h.followLocal(fw, f, msg, from, req)
+			}
 			return fmt.Errorf("%w: %s", ErrNotFound, f.Ref)
 		}
-		if !fenceMatches(a.fence, f) {
+		if !a.addressedTo(f) {
 			return fmt.Errorf("%w: %s, current %s", ErrStale, f, a.fence)
 		}
 		if !a.admits(h, 0) {
@@ -342,8 +378,10 @@ func (h *Host) onReply(from mesh.NodeID, rec *wire.Record) {
 	if call == nil {
 		return // timed out or cancelled: a late answer
 	}
-	if call.node != from {
-		h.node.Records().DropStale(from, "answer to an Actor request from a node that was not asked")
+	if call.node != from && !h.node.Membership().IsLive(from) {
+		// The answer may come from another node than the one asked when the Actor
+		// moved meanwhile (Message Follow); never from one that is not a member.
+		h.node.Records().DropStale(from, "answer to an Actor request from a node that is not a member")
 		return
 	}
 	call.complete(h.replyResult(r, rec.Payload))

@@ -25,6 +25,15 @@ func (t *Turn) Context() context.Context { return t.s.act.ctx }
 // Fence returns the activation's route fence.
 func (t *Turn) Fence() RouteFence { return t.s.act.fence }
 
+// Former returns the fence the activation had on the node it moved from, if it moved
+// here: records addressed to it (forwarded by Message Follow) are this activation's.
+func (t *Turn) Former() (RouteFence, bool) {
+	if f := t.s.act.former; f != nil {
+		return *f, true
+	}
+	return RouteFence{}, false
+}
+
 // Deliver runs the Actor's Receive with msg now, within this turn. A *SessionPacket
 // Request is answered through its own reply function.
 func (t *Turn) Deliver(msg any) { t.s.deliver(msg, nil, nil) }
@@ -34,6 +43,10 @@ func (t *Turn) Deliver(msg any) { t.s.deliver(msg, nil, nil) }
 // meanwhile, fn does not run.
 func (t *Turn) After(d time.Duration, fn func(t *Turn)) {
 	h, pid := t.s.h, t.s.act.pid
+	if t.s.pctx != nil {
+		// In an activation's first turn its pid may not be published yet.
+		pid = t.s.pctx.Self()
+	}
 	time.AfterFunc(d, func() { h.system.Root.Send(pid, turnCallback{fn: fn}) })
 }
 
@@ -137,6 +150,13 @@ func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
 	}
 	if a, found := h.local(id); found {
 		h.system.Root.Send(a.pid, env)
+		return true
+	}
+	if f, ok := h.followRoute(name); ok {
+		// Message Follow: the Actor moved; the record goes once to its new location,
+		// with its sender's identity.
+		h.followed.Add(1)
+		h.system.Root.Send(f.pid, &meshpb.Followed{FromRid: env.FromRid, FromGeneration: env.FromGeneration, Frames: env.Frames, ToGeneration: f.target.Node.Generation})
 		return true
 	}
 	from, rec, ok := h.node.Records().Accept(env)

@@ -138,13 +138,20 @@ type LookupRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	ActorId string                 `protobuf:"bytes,2,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
-	// When true the receiver activates the Actor even if placement would choose another
-	// node (explicit placement).
-	PlaceHere      bool   `protobuf:"varint,3,opt,name=place_here,json=placeHere,proto3" json:"place_here,omitempty"`
+	// With place_on set, an Actor that has no activation is activated on that node
+	// (explicit placement); an active Actor is returned where it is.
+	PlaceOn        string `protobuf:"bytes,3,opt,name=place_on,json=placeOn,proto3" json:"place_on,omitempty"`
 	FromRid        string `protobuf:"bytes,4,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
 	FromGeneration uint64 `protobuf:"varint,5,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The fence an earlier lookup returned that turned out to name no activation: the
+	// holder checks with that node and replaces the entry if it is stale.
+	Stale *Fence `protobuf:"bytes,6,opt,name=stale,proto3" json:"stale,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupRequest) Reset() {
@@ -191,11 +198,11 @@ func (x *LookupRequest) GetActorId() string {
 	return ""
 }
 
-func (x *LookupRequest) GetPlaceHere() bool {
+func (x *LookupRequest) GetPlaceOn() string {
 	if x != nil {
-		return x.PlaceHere
+		return x.PlaceOn
 	}
-	return false
+	return ""
 }
 
 func (x *LookupRequest) GetFromRid() string {
@@ -208,6 +215,20 @@ func (x *LookupRequest) GetFromRid() string {
 func (x *LookupRequest) GetFromGeneration() uint64 {
 	if x != nil {
 		return x.FromGeneration
+	}
+	return 0
+}
+
+func (x *LookupRequest) GetStale() *Fence {
+	if x != nil {
+		return x.Stale
+	}
+	return nil
+}
+
+func (x *LookupRequest) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
 	}
 	return 0
 }
@@ -324,6 +345,1021 @@ func (x *LookupResponse) GetOwnerRid() string {
 	return ""
 }
 
+// Fence is an Actor's route fence (actor.RouteFence) in directory and relocation
+// traffic.
+type Fence struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	ActorId                  string                 `protobuf:"bytes,1,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	ObjectGeneration         uint64                 `protobuf:"varint,2,opt,name=object_generation,json=objectGeneration,proto3" json:"object_generation,omitempty"`
+	NodeRid                  string                 `protobuf:"bytes,3,opt,name=node_rid,json=nodeRid,proto3" json:"node_rid,omitempty"`
+	NodeGeneration           uint64                 `protobuf:"varint,4,opt,name=node_generation,json=nodeGeneration,proto3" json:"node_generation,omitempty"`
+	AuthorityOwnerGeneration uint64                 `protobuf:"varint,5,opt,name=authority_owner_generation,json=authorityOwnerGeneration,proto3" json:"authority_owner_generation,omitempty"`
+	OwnerLeaseGeneration     uint64                 `protobuf:"varint,6,opt,name=owner_lease_generation,json=ownerLeaseGeneration,proto3" json:"owner_lease_generation,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *Fence) Reset() {
+	*x = Fence{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fence) ProtoMessage() {}
+
+func (x *Fence) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fence.ProtoReflect.Descriptor instead.
+func (*Fence) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Fence) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *Fence) GetObjectGeneration() uint64 {
+	if x != nil {
+		return x.ObjectGeneration
+	}
+	return 0
+}
+
+func (x *Fence) GetNodeRid() string {
+	if x != nil {
+		return x.NodeRid
+	}
+	return ""
+}
+
+func (x *Fence) GetNodeGeneration() uint64 {
+	if x != nil {
+		return x.NodeGeneration
+	}
+	return 0
+}
+
+func (x *Fence) GetAuthorityOwnerGeneration() uint64 {
+	if x != nil {
+		return x.AuthorityOwnerGeneration
+	}
+	return 0
+}
+
+func (x *Fence) GetOwnerLeaseGeneration() uint64 {
+	if x != nil {
+		return x.OwnerLeaseGeneration
+	}
+	return 0
+}
+
+// ActivateRequest asks a node to activate an Actor for the directory holder of its
+// id (explicit placement); answered with a LookupResponse.
+type ActivateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	ActorId string                 `protobuf:"bytes,2,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateRequest) Reset() {
+	*x = ActivateRequest{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateRequest) ProtoMessage() {}
+
+func (x *ActivateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateRequest.ProtoReflect.Descriptor instead.
+func (*ActivateRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ActivateRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ActivateRequest) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *ActivateRequest) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// ClaimRequest is the directory's compare-and-set, sent to the holder of the id: the
+// entry changes from expected (absent when expected is unset) to next (deleted when
+// next is unset) only if it is expected now.
+type ClaimRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Kind     string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	ActorId  string                 `protobuf:"bytes,2,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	Expected *Fence                 `protobuf:"bytes,3,opt,name=expected,proto3" json:"expected,omitempty"`
+	Next     *Fence                 `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRequest) Reset() {
+	*x = ClaimRequest{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRequest) ProtoMessage() {}
+
+func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
+func (*ClaimRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClaimRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ClaimRequest) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *ClaimRequest) GetExpected() *Fence {
+	if x != nil {
+		return x.Expected
+	}
+	return nil
+}
+
+func (x *ClaimRequest) GetNext() *Fence {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *ClaimRequest) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// ClaimResponse says whether the compare-and-set applied, and the entry as it is now.
+type ClaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       bool                   `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Current       *Fence                 `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	ErrorCode     string                 `protobuf:"bytes,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimResponse) Reset() {
+	*x = ClaimResponse{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimResponse) ProtoMessage() {}
+
+func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
+func (*ClaimResponse) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ClaimResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *ClaimResponse) GetCurrent() *Fence {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ClaimResponse) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ClaimResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+// SyncRequest asks a node for every activation it hosts: a node that became the
+// directory holder of some ids rebuilds their entries from the answers.
+type SyncRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	FromRid        string                 `protobuf:"bytes,1,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
+	FromGeneration uint64                 `protobuf:"varint,2,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncRequest) Reset() {
+	*x = SyncRequest{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncRequest) ProtoMessage() {}
+
+func (x *SyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
+func (*SyncRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SyncRequest) GetFromRid() string {
+	if x != nil {
+		return x.FromRid
+	}
+	return ""
+}
+
+func (x *SyncRequest) GetFromGeneration() uint64 {
+	if x != nil {
+		return x.FromGeneration
+	}
+	return 0
+}
+
+func (x *SyncRequest) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// Hosted is one activation a node hosts.
+type Hosted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Fence         *Fence                 `protobuf:"bytes,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hosted) Reset() {
+	*x = Hosted{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hosted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hosted) ProtoMessage() {}
+
+func (x *Hosted) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hosted.ProtoReflect.Descriptor instead.
+func (*Hosted) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Hosted) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Hosted) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+// SyncResponse lists a node's activations.
+type SyncResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Hosted []*Hosted              `protobuf:"bytes,1,rep,name=hosted,proto3" json:"hosted,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncResponse) Reset() {
+	*x = SyncResponse{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncResponse) ProtoMessage() {}
+
+func (x *SyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
+func (*SyncResponse) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SyncResponse) GetHosted() []*Hosted {
+	if x != nil {
+		return x.Hosted
+	}
+	return nil
+}
+
+func (x *SyncResponse) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// RelocateRequest asks the node hosting an Actor to move it to to_rid.
+type RelocateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ActorId string                 `protobuf:"bytes,1,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	ToRid   string                 `protobuf:"bytes,2,opt,name=to_rid,json=toRid,proto3" json:"to_rid,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelocateRequest) Reset() {
+	*x = RelocateRequest{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelocateRequest) ProtoMessage() {}
+
+func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
+func (*RelocateRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RelocateRequest) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *RelocateRequest) GetToRid() string {
+	if x != nil {
+		return x.ToRid
+	}
+	return ""
+}
+
+func (x *RelocateRequest) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// RelocateResponse is the Actor's fence after the move, or an error.
+type RelocateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fence         *Fence                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	ErrorCode     string                 `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelocateResponse) Reset() {
+	*x = RelocateResponse{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelocateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelocateResponse) ProtoMessage() {}
+
+func (x *RelocateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelocateResponse.ProtoReflect.Descriptor instead.
+func (*RelocateResponse) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RelocateResponse) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *RelocateResponse) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *RelocateResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+// MovePrepare carries a captured activation from the source to the target: its kind,
+// fence at the source, the Actor's state and the layers' state, with a CRC-32C
+// (Castagnoli) over state then layers.
+type MovePrepare struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RelocationHigh     uint64                 `protobuf:"varint,1,opt,name=relocation_high,json=relocationHigh,proto3" json:"relocation_high,omitempty"`
+	RelocationLow      uint64                 `protobuf:"varint,2,opt,name=relocation_low,json=relocationLow,proto3" json:"relocation_low,omitempty"`
+	Kind               string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Source             *Fence                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	State              []byte                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Layers             []byte                 `protobuf:"bytes,6,opt,name=layers,proto3" json:"layers,omitempty"`
+	Crc32C             uint32                 `protobuf:"varint,7,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	CoordinatorOwnerId string                 `protobuf:"bytes,8,opt,name=coordinator_owner_id,json=coordinatorOwnerId,proto3" json:"coordinator_owner_id,omitempty"`
+	StoreVersion       string                 `protobuf:"bytes,9,opt,name=store_version,json=storeVersion,proto3" json:"store_version,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovePrepare) Reset() {
+	*x = MovePrepare{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovePrepare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovePrepare) ProtoMessage() {}
+
+func (x *MovePrepare) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovePrepare.ProtoReflect.Descriptor instead.
+func (*MovePrepare) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MovePrepare) GetRelocationHigh() uint64 {
+	if x != nil {
+		return x.RelocationHigh
+	}
+	return 0
+}
+
+func (x *MovePrepare) GetRelocationLow() uint64 {
+	if x != nil {
+		return x.RelocationLow
+	}
+	return 0
+}
+
+func (x *MovePrepare) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MovePrepare) GetSource() *Fence {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *MovePrepare) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *MovePrepare) GetLayers() []byte {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *MovePrepare) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *MovePrepare) GetCoordinatorOwnerId() string {
+	if x != nil {
+		return x.CoordinatorOwnerId
+	}
+	return ""
+}
+
+func (x *MovePrepare) GetStoreVersion() string {
+	if x != nil {
+		return x.StoreVersion
+	}
+	return ""
+}
+
+func (x *MovePrepare) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// MoveReady is the target's relay-ready (the fence it restored the Actor under) or
+// its failure.
+type MoveReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        *Fence                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	ErrorCode     string                 `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReady) Reset() {
+	*x = MoveReady{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReady) ProtoMessage() {}
+
+func (x *MoveReady) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReady.ProtoReflect.Descriptor instead.
+func (*MoveReady) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MoveReady) GetTarget() *Fence {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *MoveReady) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *MoveReady) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+// MoveCutover follows the held messages the source forwards to the target activation:
+// held is how many it forwarded; after it the target commits and opens dispatch.
+type MoveCutover struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RelocationHigh uint64                 `protobuf:"varint,1,opt,name=relocation_high,json=relocationHigh,proto3" json:"relocation_high,omitempty"`
+	RelocationLow  uint64                 `protobuf:"varint,2,opt,name=relocation_low,json=relocationLow,proto3" json:"relocation_low,omitempty"`
+	Held           uint64                 `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
+	// With abort, the source gave the move up before it accepted relay-ready (its
+	// prepare failed or timed out): the target discards the activation it restored.
+	Abort bool `protobuf:"varint,4,opt,name=abort,proto3" json:"abort,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveCutover) Reset() {
+	*x = MoveCutover{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveCutover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveCutover) ProtoMessage() {}
+
+func (x *MoveCutover) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveCutover.ProtoReflect.Descriptor instead.
+func (*MoveCutover) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MoveCutover) GetRelocationHigh() uint64 {
+	if x != nil {
+		return x.RelocationHigh
+	}
+	return 0
+}
+
+func (x *MoveCutover) GetRelocationLow() uint64 {
+	if x != nil {
+		return x.RelocationLow
+	}
+	return 0
+}
+
+func (x *MoveCutover) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *MoveCutover) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
+func (x *MoveCutover) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// Followed is a record that reached an Actor's former node and is forwarded once to
+// its new location (Message Follow), with the identity of the node that sent it.
+type Followed struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	FromRid        string                 `protobuf:"bytes,1,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
+	FromGeneration uint64                 `protobuf:"varint,2,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
+	Frames         [][]byte               `protobuf:"bytes,3,rep,name=frames,proto3" json:"frames,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Followed) Reset() {
+	*x = Followed{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Followed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Followed) ProtoMessage() {}
+
+func (x *Followed) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Followed.ProtoReflect.Descriptor instead.
+func (*Followed) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Followed) GetFromRid() string {
+	if x != nil {
+		return x.FromRid
+	}
+	return ""
+}
+
+func (x *Followed) GetFromGeneration() uint64 {
+	if x != nil {
+		return x.FromGeneration
+	}
+	return 0
+}
+
+func (x *Followed) GetFrames() [][]byte {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
+func (x *Followed) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// Retire tells a node to stop its activation under fence: the directory holder found
+// another activation of the same ActorId that wins (after a partition healed, or two
+// placements raced while membership changed).
+type Retire struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fence  *Fence                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	Winner *Fence                 `protobuf:"bytes,2,opt,name=winner,proto3" json:"winner,omitempty"`
+	// The receiving node lifecycle: a message that reaches a later lifecycle of the
+	// same node (protoactor remote delivers what it queued once the address answers
+	// again) is dropped. 0: not addressed.
+	ToGeneration  uint64 `protobuf:"varint,20,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Retire) Reset() {
+	*x = Retire{}
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retire) ProtoMessage() {}
+
+func (x *Retire) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_meshpb_meshpb_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retire.ProtoReflect.Descriptor instead.
+func (*Retire) Descriptor() ([]byte, []int) {
+	return file_mesh_meshpb_meshpb_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Retire) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *Retire) GetWinner() *Fence {
+	if x != nil {
+		return x.Winner
+	}
+	return nil
+}
+
+func (x *Retire) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
 var File_mesh_meshpb_meshpb_proto protoreflect.FileDescriptor
 
 const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
@@ -336,14 +1372,15 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\rto_generation\x18\x04 \x01(\x04R\ftoGeneration\x12\x16\n" +
 	"\x06frames\x18\x05 \x03(\fR\x06frames\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03ack\x18\a \x01(\x04R\x03ack\"\xa1\x01\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack\"\xee\x01\n" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
-	"\bactor_id\x18\x02 \x01(\tR\aactorId\x12\x1d\n" +
-	"\n" +
-	"place_here\x18\x03 \x01(\bR\tplaceHere\x12\x19\n" +
+	"\bactor_id\x18\x02 \x01(\tR\aactorId\x12\x19\n" +
+	"\bplace_on\x18\x03 \x01(\tR\aplaceOn\x12\x19\n" +
 	"\bfrom_rid\x18\x04 \x01(\tR\afromRid\x12'\n" +
-	"\x0ffrom_generation\x18\x05 \x01(\x04R\x0efromGeneration\"\xf1\x02\n" +
+	"\x0ffrom_generation\x18\x05 \x01(\x04R\x0efromGeneration\x12*\n" +
+	"\x05stale\x18\x06 \x01(\v2\x14.meshnode.mesh.FenceR\x05stale\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\xf1\x02\n" +
 	"\x0eLookupResponse\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\tR\aactorId\x12+\n" +
 	"\x11object_generation\x18\x02 \x01(\x04R\x10objectGeneration\x12\x19\n" +
@@ -354,7 +1391,81 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12#\n" +
 	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\x1b\n" +
-	"\towner_rid\x18\t \x01(\tR\bownerRidB*Z(github.com/meshnode/meshnode/mesh/meshpbb\x06proto3"
+	"\towner_rid\x18\t \x01(\tR\bownerRid\"\x87\x02\n" +
+	"\x05Fence\x12\x19\n" +
+	"\bactor_id\x18\x01 \x01(\tR\aactorId\x12+\n" +
+	"\x11object_generation\x18\x02 \x01(\x04R\x10objectGeneration\x12\x19\n" +
+	"\bnode_rid\x18\x03 \x01(\tR\anodeRid\x12'\n" +
+	"\x0fnode_generation\x18\x04 \x01(\x04R\x0enodeGeneration\x12<\n" +
+	"\x1aauthority_owner_generation\x18\x05 \x01(\x04R\x18authorityOwnerGeneration\x124\n" +
+	"\x16owner_lease_generation\x18\x06 \x01(\x04R\x14ownerLeaseGeneration\"e\n" +
+	"\x0fActivateRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
+	"\bactor_id\x18\x02 \x01(\tR\aactorId\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\xbe\x01\n" +
+	"\fClaimRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
+	"\bactor_id\x18\x02 \x01(\tR\aactorId\x120\n" +
+	"\bexpected\x18\x03 \x01(\v2\x14.meshnode.mesh.FenceR\bexpected\x12(\n" +
+	"\x04next\x18\x04 \x01(\v2\x14.meshnode.mesh.FenceR\x04next\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\xb1\x01\n" +
+	"\rClaimResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x12.\n" +
+	"\acurrent\x18\x02 \x01(\v2\x14.meshnode.mesh.FenceR\acurrent\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x04 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\"v\n" +
+	"\vSyncRequest\x12\x19\n" +
+	"\bfrom_rid\x18\x01 \x01(\tR\afromRid\x12'\n" +
+	"\x0ffrom_generation\x18\x02 \x01(\x04R\x0efromGeneration\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"H\n" +
+	"\x06Hosted\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12*\n" +
+	"\x05fence\x18\x02 \x01(\v2\x14.meshnode.mesh.FenceR\x05fence\"b\n" +
+	"\fSyncResponse\x12-\n" +
+	"\x06hosted\x18\x01 \x03(\v2\x15.meshnode.mesh.HostedR\x06hosted\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"h\n" +
+	"\x0fRelocateRequest\x12\x19\n" +
+	"\bactor_id\x18\x01 \x01(\tR\aactorId\x12\x15\n" +
+	"\x06to_rid\x18\x02 \x01(\tR\x05toRid\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\x82\x01\n" +
+	"\x10RelocateResponse\x12*\n" +
+	"\x05fence\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x05fence\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xe1\x02\n" +
+	"\vMovePrepare\x12'\n" +
+	"\x0frelocation_high\x18\x01 \x01(\x04R\x0erelocationHigh\x12%\n" +
+	"\x0erelocation_low\x18\x02 \x01(\x04R\rrelocationLow\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12,\n" +
+	"\x06source\x18\x04 \x01(\v2\x14.meshnode.mesh.FenceR\x06source\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\fR\x05state\x12\x16\n" +
+	"\x06layers\x18\x06 \x01(\fR\x06layers\x12\x16\n" +
+	"\x06crc32c\x18\a \x01(\rR\x06crc32c\x120\n" +
+	"\x14coordinator_owner_id\x18\b \x01(\tR\x12coordinatorOwnerId\x12#\n" +
+	"\rstore_version\x18\t \x01(\tR\fstoreVersion\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"}\n" +
+	"\tMoveReady\x12,\n" +
+	"\x06target\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x06target\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xac\x01\n" +
+	"\vMoveCutover\x12'\n" +
+	"\x0frelocation_high\x18\x01 \x01(\x04R\x0erelocationHigh\x12%\n" +
+	"\x0erelocation_low\x18\x02 \x01(\x04R\rrelocationLow\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\x04R\x04held\x12\x14\n" +
+	"\x05abort\x18\x04 \x01(\bR\x05abort\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\x8b\x01\n" +
+	"\bFollowed\x12\x19\n" +
+	"\bfrom_rid\x18\x01 \x01(\tR\afromRid\x12'\n" +
+	"\x0ffrom_generation\x18\x02 \x01(\x04R\x0efromGeneration\x12\x16\n" +
+	"\x06frames\x18\x03 \x03(\fR\x06frames\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\x87\x01\n" +
+	"\x06Retire\x12*\n" +
+	"\x05fence\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x05fence\x12,\n" +
+	"\x06winner\x18\x02 \x01(\v2\x14.meshnode.mesh.FenceR\x06winner\x12#\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGenerationB*Z(github.com/meshnode/meshnode/mesh/meshpbb\x06proto3"
 
 var (
 	file_mesh_meshpb_meshpb_proto_rawDescOnce sync.Once
@@ -368,18 +1479,43 @@ func file_mesh_meshpb_meshpb_proto_rawDescGZIP() []byte {
 	return file_mesh_meshpb_meshpb_proto_rawDescData
 }
 
-var file_mesh_meshpb_meshpb_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_mesh_meshpb_meshpb_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_mesh_meshpb_meshpb_proto_goTypes = []any{
-	(*Envelope)(nil),       // 0: meshnode.mesh.Envelope
-	(*LookupRequest)(nil),  // 1: meshnode.mesh.LookupRequest
-	(*LookupResponse)(nil), // 2: meshnode.mesh.LookupResponse
+	(*Envelope)(nil),         // 0: meshnode.mesh.Envelope
+	(*LookupRequest)(nil),    // 1: meshnode.mesh.LookupRequest
+	(*LookupResponse)(nil),   // 2: meshnode.mesh.LookupResponse
+	(*Fence)(nil),            // 3: meshnode.mesh.Fence
+	(*ActivateRequest)(nil),  // 4: meshnode.mesh.ActivateRequest
+	(*ClaimRequest)(nil),     // 5: meshnode.mesh.ClaimRequest
+	(*ClaimResponse)(nil),    // 6: meshnode.mesh.ClaimResponse
+	(*SyncRequest)(nil),      // 7: meshnode.mesh.SyncRequest
+	(*Hosted)(nil),           // 8: meshnode.mesh.Hosted
+	(*SyncResponse)(nil),     // 9: meshnode.mesh.SyncResponse
+	(*RelocateRequest)(nil),  // 10: meshnode.mesh.RelocateRequest
+	(*RelocateResponse)(nil), // 11: meshnode.mesh.RelocateResponse
+	(*MovePrepare)(nil),      // 12: meshnode.mesh.MovePrepare
+	(*MoveReady)(nil),        // 13: meshnode.mesh.MoveReady
+	(*MoveCutover)(nil),      // 14: meshnode.mesh.MoveCutover
+	(*Followed)(nil),         // 15: meshnode.mesh.Followed
+	(*Retire)(nil),           // 16: meshnode.mesh.Retire
 }
 var file_mesh_meshpb_meshpb_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	3,  // 0: meshnode.mesh.LookupRequest.stale:type_name -> meshnode.mesh.Fence
+	3,  // 1: meshnode.mesh.ClaimRequest.expected:type_name -> meshnode.mesh.Fence
+	3,  // 2: meshnode.mesh.ClaimRequest.next:type_name -> meshnode.mesh.Fence
+	3,  // 3: meshnode.mesh.ClaimResponse.current:type_name -> meshnode.mesh.Fence
+	3,  // 4: meshnode.mesh.Hosted.fence:type_name -> meshnode.mesh.Fence
+	8,  // 5: meshnode.mesh.SyncResponse.hosted:type_name -> meshnode.mesh.Hosted
+	3,  // 6: meshnode.mesh.RelocateResponse.fence:type_name -> meshnode.mesh.Fence
+	3,  // 7: meshnode.mesh.MovePrepare.source:type_name -> meshnode.mesh.Fence
+	3,  // 8: meshnode.mesh.MoveReady.target:type_name -> meshnode.mesh.Fence
+	3,  // 9: meshnode.mesh.Retire.fence:type_name -> meshnode.mesh.Fence
+	3,  // 10: meshnode.mesh.Retire.winner:type_name -> meshnode.mesh.Fence
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mesh_meshpb_meshpb_proto_init() }
@@ -393,7 +1529,7 @@ func file_mesh_meshpb_meshpb_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_meshpb_meshpb_proto_rawDesc), len(file_mesh_meshpb_meshpb_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

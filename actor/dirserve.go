@@ -1,0 +1,378 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+)
+
+// The directory actor serves other nodes: lookups for ids this node holds, explicit
+// activations, compare-and-set claims, sync requests and reports, retirements, and the
+// relocation traffic (a move's prepare, a relocation asked of the node hosting an
+// Actor). Work that may wait (a lookup waits for a placement, a prepare for the
+// restore) runs on a task of the host's own, bounded: past maxDirectoryTasks a request
+// is answered unavailable at once instead of queueing without bound.
+
+// maxDirectoryTasks bounds the directory requests a node serves at once.
+const maxDirectoryTasks = 256
+
+// syncTimeout bounds how long a rebuild waits for each member's sync answer.
+const syncTimeout = 2 * time.Second
+
+// directoryActor receives the directory traffic of one node.
+type directoryActor struct{ h *Host }
+
+func (a *directoryActor) Receive(ctx proto.Context) {
+	h := a.h
+	if !h.forThisLifecycle(ctx.Message()) {
+		h.node.Records().DropStale(mesh.NodeID{}, fmt.Sprintf("directory message %T for an earlier lifecycle of this node", ctx.Message()))
+		return
+	}
+	switch m := ctx.Message().(type) {
+	case *meshpb.SyncRequest:
+		ctx.Respond(&meshpb.SyncResponse{Hosted: h.hosted()})
+	case *meshpb.SyncResponse:
+		// An unsolicited report: a node hosts Actors this node holds the entries of.
+		h.rdir.merge(m.Hosted)
+	case *meshpb.Retire:
+		h.retireDuplicate(fenceFromPB(m.Fence), fenceFromPB(m.Winner))
+	case *meshpb.ClaimRequest:
+		if m.Kind == "$hosts" {
+			ctx.Respond(&meshpb.ClaimResponse{Applied: m.Expected != nil && h.hostsFence(fenceFromPB(m.Expected))})
+			return
+		}
+		if m.Kind == "$delete" {
+			if m.Expected != nil {
+				h.rdir.compareAndSet("", m.ActorId, fencePtrFromPB(m.Expected), nil)
+			}
+			if ctx.Sender() != nil {
+				ctx.Respond(&meshpb.ClaimResponse{Applied: true})
+			}
+			return
+		}
+		ctx.Respond(h.rdir.serveClaim(m))
+	case *meshpb.LookupRequest, *meshpb.ActivateRequest, *meshpb.RelocateRequest, *meshpb.MovePrepare:
+		sender := ctx.Sender()
+		if !h.startTask(func(tctx context.Context) { h.serveSlow(tctx, sender, m) }) {
+			if sender != nil {
+				ctx.Respond(busyAnswer(m))
+			}
+		}
+	}
+}
+
+// busyAnswer is the answer to a request the node has no room to serve now.
+func busyAnswer(m any) any {
+	const msg = "actor: the directory is at its bound of requests in progress"
+	switch m.(type) {
+	case *meshpb.RelocateRequest:
+		return &meshpb.RelocateResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
+	case *meshpb.MovePrepare:
+		return &meshpb.MoveReady{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
+	}
+	return &meshpb.LookupResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
+}
+
+// serveSlow serves one request that may wait, on a host task.
+func (h *Host) serveSlow(ctx context.Context, sender *proto.PID, m any) {
+	var answer any
+	switch m := m.(type) {
+	case *meshpb.LookupRequest:
+		if holder := h.rdir.holderOf(m.ActorId); holder != h.node.ID() {
+			answer = &meshpb.LookupResponse{ActorId: m.ActorId, ErrorCode: codeNotOwner, OwnerRid: holder.RID}
+			break
+		}
+		f, err := h.rdir.serve(ctx, m.Kind, m.ActorId, m.PlaceOn, fencePtrFromPB(m.Stale))
+		answer = lookupResponse(f, err)
+	case *meshpb.ActivateRequest:
+		var f RouteFence
+		err := ErrNoQuorum
+		if h.draining.Load() {
+			err = fault.Errorf(fault.ShuttingDown, "actor: node %s is draining", h.node.ID().RID)
+		} else if h.quorum.has() {
+			f, err = h.activateLocal(m.Kind, m.ActorId)
+		}
+		answer = lookupResponse(f, err)
+	case *meshpb.RelocateRequest:
+		f, err := h.Relocate(ctx, m.ActorId, m.ToRid)
+		r := &meshpb.RelocateResponse{}
+		if err != nil {
+			r.ErrorCode, r.ErrorMessage = errorCode(err), err.Error()
+		} else {
+			r.Fence = fenceToPB(f)
+		}
+		answer = r
+	case *meshpb.MovePrepare:
+		answer = h.prepareMove(ctx, m)
+	}
+	if sender != nil && answer != nil {
+		h.system.Root.Send(sender, answer)
+	}
+}
+
+// startTask runs fn on a task the host owns (stopped and waited for at Close); it
+// reports false when the host is closed or at maxDirectoryTasks.
+func (h *Host) startTask(fn func(ctx context.Context)) bool {
+	select {
+	case h.taskSlots <- struct{}{}:
+	default:
+		return false
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		<-h.taskSlots
+		return false
+	}
+	h.tasks.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer func() {
+			<-h.taskSlots
+			h.tasks.Done()
+		}()
+		ctx, cancel := context.WithTimeout(h.closing, defaultLookupTimeout)
+		defer cancel()
+		fn(ctx)
+	}()
+	return true
+}
+
+// serveClaim answers a claim (or, with neither expected nor next, a query of the entry).
+func (d *RendezvousDirectory) serveClaim(m *meshpb.ClaimRequest) *meshpb.ClaimResponse {
+	if holder := d.holderOf(m.ActorId); holder != d.host.node.ID() {
+		return &meshpb.ClaimResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: "not the directory holder of " + m.ActorId + " (" + holder.RID + " is)"}
+	}
+	if !d.host.quorum.has() {
+		return &meshpb.ClaimResponse{ErrorCode: codeNoQuorum, ErrorMessage: ErrNoQuorum.Error()}
+	}
+	d.mu.Lock()
+	ready := d.ready
+	d.mu.Unlock()
+	select {
+	case <-ready:
+	default:
+		return &meshpb.ClaimResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: "the directory is rebuilding after a membership change"}
+	}
+	if m.Expected == nil && m.Next == nil {
+		d.mu.Lock()
+		e, ok := d.entries[m.ActorId]
+		d.mu.Unlock()
+		if !ok || !d.host.node.Membership().IsLive(e.fence.Node) {
+			return &meshpb.ClaimResponse{}
+		}
+		return &meshpb.ClaimResponse{Current: fenceToPB(e.fence), Kind: e.kind}
+	}
+	applied, cur, found := d.compareAndSet(m.Kind, m.ActorId, fencePtrFromPB(m.Expected), fencePtrFromPB(m.Next))
+	r := &meshpb.ClaimResponse{Applied: applied}
+	if found {
+		r.Current, r.Kind = fenceToPB(cur.fence), cur.kind
+	}
+	return r
+}
+
+// hosted lists this node's activations for a sync (those still arriving by a move are
+// not yet this node's: the directory names their source until the move commits).
+func (h *Host) hosted() []*meshpb.Hosted {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*meshpb.Hosted, 0, len(h.acts))
+	for _, a := range h.acts {
+		if a.arriving.Load() {
+			continue
+		}
+		out = append(out, &meshpb.Hosted{Kind: a.kind, Fence: fenceToPB(a.fence)})
+	}
+	return out
+}
+
+// membershipChanged starts (or restarts) the rebuild of the entries this node holds.
+// Until it is done the node answers for ids it has an entry of, and makes lookups of
+// the others wait.
+func (d *RendezvousDirectory) membershipChanged() {
+	d.mu.Lock()
+	d.syncGen++
+	if d.rebuilding {
+		d.mu.Unlock()
+		return
+	}
+	d.rebuilding = true
+	d.releasedDuring = map[RouteFence]bool{}
+	d.ready = make(chan struct{})
+	d.mu.Unlock()
+	if !d.host.startOwned(d.rebuild) {
+		d.mu.Lock()
+		d.rebuilding = false
+		d.releasedDuring = nil
+		close(d.ready)
+		d.mu.Unlock()
+	}
+}
+
+// rebuild pushes this node's activations to their holders and pulls every live
+// member's, until a round ends with no membership change in between.
+func (d *RendezvousDirectory) rebuild(ctx context.Context) {
+	h := d.host
+	for {
+		d.mu.Lock()
+		gen := d.syncGen
+		d.mu.Unlock()
+		self := h.node.ID()
+		live := h.node.Membership().Live()
+		own := h.hosted()
+		// Push: activations placed here while the holder's view was older reach it.
+		reports := map[mesh.NodeID][]*meshpb.Hosted{}
+		for _, a := range own {
+			if holder := ownerOf(a.Fence.ActorId, live); holder.RID != "" && holder != self {
+				reports[holder] = append(reports[holder], a)
+			}
+		}
+		for holder, list := range reports {
+			if mem, ok := h.node.Membership().Member(holder.RID); ok {
+				h.system.Root.Send(proto.NewPID(mem.RemoteAddr, directoryActorName), &meshpb.SyncResponse{Hosted: list, ToGeneration: mem.ID.Generation})
+			}
+		}
+		// Pull: every member's activations, for the ids this node now holds.
+		var mu sync.Mutex
+		all := append([]*meshpb.Hosted(nil), own...)
+		var wg sync.WaitGroup
+		for _, m := range live {
+			if m.ID == self {
+				continue
+			}
+			wg.Add(1)
+			go func(id mesh.NodeID) {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, syncTimeout)
+				defer cancel()
+				res, err := h.ask(sctx, id, &meshpb.SyncRequest{FromRid: self.RID, FromGeneration: self.Generation})
+				if err != nil {
+					h.log.Debug("actor: directory sync request failed", "member", id.String(), "err", err)
+					return
+				}
+				if r, ok := res.(*meshpb.SyncResponse); ok {
+					mu.Lock()
+					all = append(all, r.Hosted...)
+					mu.Unlock()
+				}
+			}(m.ID)
+		}
+		wg.Wait()
+		d.mu.Lock()
+		if gen != d.syncGen && ctx.Err() == nil {
+			d.mu.Unlock()
+			continue
+		}
+		for id, e := range d.entries {
+			if ownerOf(id, live) != self || !h.node.Membership().IsLive(e.fence.Node) {
+				delete(d.entries, id)
+			}
+		}
+		d.mu.Unlock()
+		d.merge(all)
+		d.mu.Lock()
+		d.rebuilding = false
+		d.releasedDuring = nil
+		close(d.ready)
+		d.mu.Unlock()
+		return
+	}
+}
+
+// merge enters reported activations of the ids this node holds. Two activations of one
+// ActorId (a partition healed, or two placements raced while membership changed): the
+// one with the higher authority owner generation (the later failover or move) stays,
+// and the other's node is told to retire it.
+func (d *RendezvousDirectory) merge(list []*meshpb.Hosted) {
+	h := d.host
+	self := h.node.ID()
+	live := h.node.Membership().Live()
+	type loser struct{ lost, won RouteFence }
+	var losers []loser
+	d.mu.Lock()
+	for _, a := range list {
+		f := fenceFromPB(a.Fence)
+		if f.ID == "" || ownerOf(f.ID, live) != self || !h.node.Membership().IsLive(f.Node) || d.releasedDuring[f] {
+			continue
+		}
+		if f.Node == self && !h.hostsFence(f) {
+			continue // stopped since this node listed it
+		}
+		e, ok := d.entries[f.ID]
+		switch {
+		case !ok || !h.node.Membership().IsLive(e.fence.Node):
+			d.entries[f.ID] = dirEntry{kind: a.Kind, fence: f}
+		case e.fence == f:
+		case f.AuthorityOwnerGeneration > e.fence.AuthorityOwnerGeneration:
+			losers = append(losers, loser{lost: e.fence, won: f})
+			d.entries[f.ID] = dirEntry{kind: a.Kind, fence: f}
+		default:
+			losers = append(losers, loser{lost: f, won: e.fence})
+		}
+	}
+	d.mu.Unlock()
+	for _, l := range losers {
+		h.log.Warn("actor: two activations of one Actor; retiring the older authority", "actor", l.lost.ID, "retired", l.lost.String(), "kept", l.won.String())
+		h.duplicates.Add(1)
+		if l.lost.Node == self {
+			h.retireDuplicate(l.lost, l.won)
+			continue
+		}
+		if mem, ok := h.node.Membership().Member(l.lost.Node.RID); ok {
+			h.system.Root.Send(proto.NewPID(mem.RemoteAddr, directoryActorName), &meshpb.Retire{Fence: fenceToPB(l.lost), Winner: fenceToPB(l.won), ToGeneration: mem.ID.Generation})
+		}
+	}
+}
+
+// retireDuplicate stops the local activation under fence lost (another activation of
+// the same Actor won).
+func (h *Host) retireDuplicate(lost, won RouteFence) {
+	a, ok := h.local(lost.ID)
+	if !ok || a.fence != lost || a.fence == won {
+		return
+	}
+	h.Deactivate(lost.ID)
+}
+
+// startOwned runs fn on a goroutine the host owns: its ctx ends when the host closes,
+// and Close waits for it.
+func (h *Host) startOwned(fn func(ctx context.Context)) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.tasks.Add(1)
+	go func() {
+		defer h.tasks.Done()
+		fn(h.closing)
+	}()
+	return true
+}
+
+// quorumChanged acts on a change of keep-majority: a node that lost its majority stops
+// every activation (the majority side activates them anew, and after the partition
+// heals only theirs remain); one that regained it serves again.
+func (h *Host) quorumChanged(ok bool) {
+	if ok {
+		h.log.Info("actor: this node sees a majority of the mesh again; placing Actors")
+		return
+	}
+	h.log.Warn("actor: this node lost its majority of the mesh (keep-majority): stopping its Actors and refusing lookups until it is back")
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.acts))
+	for id := range h.acts {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.Deactivate(id)
+	}
+}

@@ -1,0 +1,79 @@
+package actor
+
+import (
+	"context"
+
+	"github.com/meshnode/meshnode/mesh"
+)
+
+// Relocation: an activation moves to another node with its state, keeping its
+// ActorId and ObjectGeneration (docs/relocation.md). The Actor host runs the move; the
+// layers above Actors (the session binding) take part through MoveHooks.
+
+// RelocationID names one move: non-zero, made by the source, never reused.
+type RelocationID struct{ High, Low uint64 }
+
+// IsZero reports whether id is the zero value (no relocation).
+func (id RelocationID) IsZero() bool { return id.High == 0 && id.Low == 0 }
+
+// Move describes one relocation as the layers above Actors see it.
+type Move struct {
+	ID RelocationID
+	// Source is where the Actor was when the move began.
+	Source RouteFence
+	// Target is where it goes. Target.Node is set from the start; the authority owner
+	// and lease generations once the target has restored the Actor (Committed).
+	Target RouteFence
+	// Coordinator is the source's relocation coordinator fence (record 42 and 44 carry
+	// it): the source node runs the move.
+	Coordinator MoveCoordinator
+}
+
+// MoveCoordinator is the relocation-coordinator fence of the service wire.
+type MoveCoordinator struct {
+	OwnerID         string
+	LeaseGeneration uint64
+	Node            mesh.NodeID
+	// StoreVersion names the directory entry the move started from.
+	StoreVersion string
+}
+
+// MoveHooks is what a layer above Actors does when one of its activations moves. Every
+// hook runs inside a turn of the activation (source or target), so it sees and changes
+// the layer's attachments as any record handler does. Unset hooks are skipped.
+type MoveHooks struct {
+	// Seal runs in the source's turn before its state is captured: the layer stops what
+	// it routes to the activation (the binding: record 42 to the bound session's owner,
+	// waiting for 43). ctx bounds the wait. An error aborts the move (Aborted runs).
+	Seal func(ctx context.Context, t *Turn, m Move) error
+	// Capture returns the layer's state of the activation, carried to the target with
+	// the Actor's own state (nil: nothing to carry). It runs right after Seal.
+	Capture func(t *Turn) ([]byte, error)
+	// Restore installs the captured state on the target, before its dispatch opens. An
+	// error fails the move before relay-ready (the source serves again).
+	Restore func(t *Turn, data []byte) error
+	// Committed runs in the target's turn once the directory points at the target and
+	// its dispatch is open (the binding: record 44 commit to the session owner).
+	Committed func(t *Turn, m Move)
+	// Aborted runs in the source's turn when the move failed before the target's
+	// relay-ready: the Actor serves at the source again (the binding: 44 abort).
+	Aborted func(t *Turn, m Move)
+}
+
+// HandleMove registers the move hooks of the layer above Actors.
+func (h *Host) HandleMove(hooks MoveHooks) {
+	h.turnHandlers.mu.Lock()
+	h.moveHooks = hooks
+	h.turnHandlers.mu.Unlock()
+}
+
+func (h *Host) hooks() MoveHooks {
+	h.turnHandlers.mu.RLock()
+	defer h.turnHandlers.mu.RUnlock()
+	return h.moveHooks
+}
+
+// MovedAway reports, in an activation's last turn (HandleStop), whether it stops
+// because it moved to another node: a layer then keeps its peers' state as it is (the
+// target carries it on) instead of telling them the Actor is gone.
+func (t *Turn) MovedAway() bool { return t.s.movedAway }

@@ -1,0 +1,480 @@
+package actor_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/mesh/meshtest"
+)
+
+// Relocation and the authoritative directory, through the Actor host's public surface.
+
+type Add struct{ N int }
+type Get struct{}
+type Count struct {
+	N     int
+	Moved bool
+}
+
+// Block makes the counter's turn wait until the channel registered for the test closes.
+type Block struct{}
+
+var counterMessages = []actor.MessageType{
+	actor.MessageOf[Add]("reloc.add"),
+	actor.MessageOf[Get]("reloc.get"),
+	actor.MessageOf[Count]("reloc.count"),
+	actor.MessageOf[Block]("reloc.block"),
+}
+
+type counterState struct {
+	N int
+}
+
+// counter counts what it was added; the "counter" kind moves its state, "fresh" does
+// not.
+type counter struct {
+	st    counterState
+	moved bool
+	block <-chan struct{}
+}
+
+func (c *counter) Receive(ctx *actor.Context) {
+	switch m := ctx.Message().(type) {
+	case actor.Started:
+		c.moved = m.Moved
+	case *Add:
+		c.st.N += m.N
+	case *Get:
+		_ = ctx.Reply(&Count{N: c.st.N, Moved: c.moved})
+	case *Block:
+		<-c.block
+	}
+}
+
+type relocCluster struct {
+	*meshtest.Cluster
+	block chan struct{}
+}
+
+func (c *relocCluster) host(i int) *actor.Host { return c.Node(i).Actors() }
+
+func startReloc(t *testing.T, n int) *relocCluster {
+	c := &relocCluster{block: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-c.block:
+		default:
+			close(c.block)
+		}
+	})
+	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
+		cfg.Messages = counterMessages
+		cfg.Kinds = []actor.Kind{
+			{Name: "counter", New: func() actor.Actor { return &counter{block: c.block} },
+				State: func(a actor.Actor) any { return &a.(*counter).st }},
+			{Name: "fresh", New: func() actor.Actor { return &counter{block: c.block} }},
+		}
+		if i == 2 {
+			// Node 2 hosts only counters: a move of another kind there is refused.
+			cfg.Kinds = cfg.Kinds[:1]
+		}
+	}})
+	return c
+}
+
+// nodeIndex returns the index of the node a fence names.
+func (c *relocCluster) nodeIndex(t *testing.T, f actor.RouteFence) int {
+	t.Helper()
+	for _, i := range c.Running() {
+		if c.Node(i).ID() == f.Node {
+			return i
+		}
+	}
+	t.Fatalf("%s is on no running node", f)
+	return -1
+}
+
+func (c *relocCluster) count(t *testing.T, from int, to actor.Target) Count {
+	t.Helper()
+	v, err := c.host(from).Request(reqCtx(t), to, &Get{})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	return *v.(*Count)
+}
+
+// activations counts the live activations of id on every running node, asked of each.
+func (c *relocCluster) activations(id string) int {
+	n := 0
+	for _, i := range c.Running() {
+		for _, a := range c.host(i).Active() {
+			if a.ID == id {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// An Actor moves with its state: same ActorId and ObjectGeneration, a new node and a
+// higher authority owner generation; the directory, asked from every node, names the
+// target; the source no longer hosts it; the Actor knows it moved.
+func TestRelocation_StateMovesIdentityStays(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "counter", ID: "c1"}
+	before, err := c.host(0).Lookup(ctx, addr.Kind, addr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := c.host(0).Send(ctx, addr, &Add{N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.count(t, 0, addr); got.N != 15 {
+		t.Fatalf("count before the move %d, want 15", got.N)
+	}
+	src := c.nodeIndex(t, before)
+	dst := (src + 1) % 3
+	after, err := c.host(0).Relocate(ctx, addr.ID, c.Node(dst).ID().RID)
+	if err != nil {
+		t.Fatalf("relocate: %v", err)
+	}
+	if after.Ref != before.Ref || after.Node != c.Node(dst).ID() || after.AuthorityOwnerGeneration <= before.AuthorityOwnerGeneration {
+		t.Fatalf("after the move %s, before %s", after, before)
+	}
+	for i := 0; i < 3; i++ {
+		f, err := c.host(i).Lookup(ctx, addr.Kind, addr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != after {
+			t.Fatalf("node %d's directory says %s, want %s", i, f, after)
+		}
+	}
+	if n := c.activations(addr.ID); n != 1 {
+		t.Fatalf("%d activations after the move", n)
+	}
+	got := c.count(t, src, addr)
+	if got.N != 15 || !got.Moved {
+		t.Fatalf("count on the target %+v, want 15 and moved", got)
+	}
+	if s := c.host(src).Stats(); s.Moves != 1 {
+		t.Fatalf("source counted %d moves", s.Moves)
+	}
+}
+
+// A kind without State or Snapshotter starts fresh on the target (documented), with
+// the same identity.
+func TestRelocation_KindWithoutStateStartsFresh(t *testing.T) {
+	c := startReloc(t, 2)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "fresh", ID: "f1"}
+	if err := c.host(0).Send(ctx, addr, &Add{N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.count(t, 0, addr); got.N != 7 {
+		t.Fatalf("count %d", got.N)
+	}
+	before, _ := c.host(0).Lookup(ctx, addr.Kind, addr.ID)
+	after, err := c.host(1).Relocate(ctx, addr.ID, c.Node(1-c.nodeIndex(t, before)).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Ref != before.Ref {
+		t.Fatalf("identity changed: %s -> %s", before, after)
+	}
+	if got := c.count(t, 0, addr); got.N != 0 || !got.Moved {
+		t.Fatalf("fresh kind after the move %+v, want 0 and moved", got)
+	}
+}
+
+// Messages sent while the Actor moves (from every node, Sends and Requests, addressed
+// by Address, so by a route cached before the move) are each processed exactly once:
+// the counter equals what was added, and every request got exactly one answer.
+func TestRelocation_MessagesDuringTheMoveProcessedOnce(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "counter", ID: "busy"}
+	f, err := c.host(0).Lookup(ctx, addr.Kind, addr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := c.nodeIndex(t, f)
+	var added atomic.Int64
+	var answered atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for from := 0; from < 3; from++ {
+		wg.Add(1)
+		go func(from int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if i%10 == 9 {
+					if _, err := c.host(from).Request(ctx, addr, &Get{}); err != nil {
+						t.Errorf("request from node %d during the moves: %v", from, err)
+						return
+					}
+					answered.Add(1)
+					continue
+				}
+				if err := c.host(from).Send(ctx, addr, &Add{N: 1}); err != nil {
+					t.Errorf("send from node %d during the moves: %v", from, err)
+					return
+				}
+				added.Add(1)
+			}
+		}(from)
+	}
+	for move := 0; move < 4; move++ {
+		next := (cur + 1) % 3
+		if _, err := c.host(move%3).Relocate(ctx, addr.ID, c.Node(next).ID().RID); err != nil {
+			t.Errorf("move %d: %v", move, err)
+			break
+		}
+		cur = next
+	}
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	want := int(added.Load())
+	// Sends are one-way: wait until the last ones ran.
+	if err := c.WaitUntil(wait, func() bool { return c.count(t, 0, addr).N == want }); err != nil {
+		t.Fatalf("counter %d, added %d (%d requests answered)", c.count(t, 0, addr).N, want, answered.Load())
+	}
+	if n := c.activations(addr.ID); n != 1 {
+		t.Fatalf("%d activations after the moves", n)
+	}
+}
+
+// A message addressed to the Actor's old fence after the move reaches the target once
+// (Message Follow); a request with the old fence is answered from the target.
+func TestRelocation_MessageFollowForwardsTheOldFence(t *testing.T) {
+	c := startReloc(t, 2)
+	ctx := reqCtx(t)
+	old, err := c.host(0).Lookup(ctx, "counter", "follow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := c.nodeIndex(t, old)
+	if _, err := c.host(0).Relocate(ctx, "follow", c.Node(1-src).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	for from := 0; from < 2; from++ {
+		if err := c.host(from).Send(ctx, old, &Add{N: 2}); err != nil {
+			t.Fatalf("send to the old fence from node %d: %v", from, err)
+		}
+	}
+	if err := c.WaitUntil(wait, func() bool { return c.count(t, 0, old).N == 4 }); err != nil {
+		t.Fatalf("count through the old fence %d, want 4", c.count(t, 0, old).N)
+	}
+	if s := c.host(src).Stats(); s.Followed == 0 {
+		t.Fatal("the source forwarded nothing")
+	}
+}
+
+// Bad relocations are refused with typed errors and the Actor keeps serving where it
+// is: to the node it is on, to an unknown node, of an Actor that is mid-move, of an
+// unknown Actor, of a kind the target does not host.
+func TestRelocation_BadRequestsAreRefused(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	f, err := c.host(0).LookupOn(ctx, "fresh", "here", c.Node(0).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Node != c.Node(0).ID() {
+		t.Fatalf("placed on %s", f.Node)
+	}
+	if _, err := c.host(0).Relocate(ctx, "here", c.Node(0).ID().RID); !errors.Is(err, actor.ErrAlreadyThere) || !errors.Is(err, fault.InvalidOperation) {
+		t.Fatalf("move to its own node: %v", err)
+	}
+	if _, err := c.host(1).Relocate(ctx, "here", "no-such-node"); !errors.Is(err, actor.ErrUnknownNode) || !errors.Is(err, fault.NotFound) {
+		t.Fatalf("move to an unknown node: %v", err)
+	}
+	if _, err := c.host(0).Relocate(ctx, "never-activated", c.Node(1).ID().RID); !errors.Is(err, fault.NotFound) {
+		t.Fatalf("move of an Actor that is not active: %v", err)
+	}
+	// Node 2 has no "fresh" kind: refused before relay-ready, the Actor serves at the source.
+	if _, err := c.host(0).Relocate(ctx, "here", c.Node(2).ID().RID); !errors.Is(err, actor.ErrUnknownKind) {
+		t.Fatalf("move to a node without the kind: %v", err)
+	}
+	if err := c.host(1).Send(ctx, f, &Add{N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.count(t, 1, f); got.N != 3 || got.Moved {
+		t.Fatalf("after a refused move %+v", got)
+	}
+	// Mid-move: two moves at once while the Actor's turn is blocked: one seals (and
+	// times out behind the blocked turn), the other is refused at once.
+	if err := c.host(0).Send(ctx, f, &Block{}); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 2)
+	for k := 0; k < 2; k++ {
+		go func() {
+			_, err := c.host(0).Relocate(ctx, "here", c.Node(1).ID().RID)
+			results <- err
+		}()
+	}
+	first, second := <-results, <-results
+	if !errors.Is(first, actor.ErrMoving) {
+		first, second = second, first
+	}
+	if !errors.Is(first, actor.ErrMoving) || !errors.Is(second, fault.Unavailable) {
+		t.Fatalf("two moves at once: %v and %v", first, second)
+	}
+	close(c.block)
+	if got := c.count(t, 1, actor.Address{Kind: "fresh", ID: "here"}); got.N != 3 && !got.Moved {
+		t.Fatalf("after the moves %+v", got)
+	}
+	if n := c.activations("here"); n != 1 {
+		t.Fatalf("%d activations", n)
+	}
+}
+
+// A node that joins takes over the directory entries of some ids: the Actors stay
+// where they are, and lookups from every node, including the new one, find them (no
+// second activation).
+func TestDirectory_JoinMovesEntriesNotActors(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	c.Stop(2)
+	if err := c.WaitConverged(wait); err != nil {
+		t.Fatal(err)
+	}
+	fences := map[string]actor.RouteFence{}
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("j%d", i)
+		f, err := c.host(i%2).Lookup(ctx, "counter", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[id] = f
+	}
+	c.Restart(2)
+	if err := c.WaitConverged(wait); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range fences {
+		for i := 0; i < 3; i++ {
+			f, err := c.host(i).Lookup(ctx, "counter", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f != want {
+				t.Fatalf("after the join node %d finds %s at %s, want %s", i, id, f, want)
+			}
+		}
+		if n := c.activations(id); n != 1 {
+			t.Fatalf("%s has %d activations after the join", id, n)
+		}
+	}
+}
+
+// When the node holding some directory entries is killed, the new holders rebuild the
+// entries from what the survivors host: Actors on survivors are found where they are,
+// Actors of the dead node are activated anew, never twice.
+func TestDirectory_HolderKilledEntriesRebuilt(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	fences := map[string]actor.RouteFence{}
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("k%d", i)
+		// Placed on node 1 or 2 explicitly, whoever holds the entry.
+		f, err := c.host(0).LookupOn(ctx, "counter", id, c.Node(1+i%2).ID().RID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[id] = f
+	}
+	c.Kill(0)
+	if err := c.WaitUntil(wait, func() bool {
+		return len(c.Node(1).Mesh().Membership().Live()) == 2 && len(c.Node(2).Mesh().Membership().Live()) == 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range fences {
+		for _, i := range []int{1, 2} {
+			f, err := c.host(i).Lookup(ctx, "counter", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f != want {
+				t.Fatalf("after the kill node %d finds %s at %s, want %s", i, id, f, want)
+			}
+		}
+		if n := c.activations(id); n != 1 {
+			t.Fatalf("%s has %d activations", id, n)
+		}
+	}
+}
+
+// Keep-majority: a node that sees only a minority of the mesh stops its Actors and
+// refuses lookups (unavailable); when the others are back it serves again, with one
+// activation per Actor. The survivor is the node with the highest RID: after the first
+// failure the agreed membership is the two left, and an even split keeps the side with
+// the lowest RID, which the survivor is not.
+func TestDirectory_MinorityRefusesAndStopsItsActors(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	survivor, others := 0, []int{}
+	for i := 1; i < 3; i++ {
+		if c.Node(i).ID().RID > c.Node(survivor).ID().RID {
+			survivor = i
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if i != survivor {
+			others = append(others, i)
+		}
+	}
+	f, err := c.host(others[0]).LookupOn(ctx, "counter", "lonely", c.Node(survivor).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Node != c.Node(survivor).ID() {
+		t.Fatalf("placed on %s", f.Node)
+	}
+	c.Kill(others[0])
+	c.Kill(others[1])
+	if err := c.WaitUntil(wait, func() bool { return len(c.host(survivor).Active()) == 0 && !c.host(survivor).Stats().Quorum }); err != nil {
+		t.Fatal("the minority node kept its Actors")
+	}
+	if _, err := c.host(survivor).Lookup(ctx, "counter", "lonely"); !errors.Is(err, actor.ErrNoQuorum) || !errors.Is(err, fault.Unavailable) {
+		t.Fatalf("lookup on the minority: %v", err)
+	}
+	// Whichever failure the survivor saw last, that node is still in its agreed
+	// membership (the first was dropped while it had a majority): with both back it
+	// has a majority again.
+	c.Restart(others[0])
+	c.Restart(others[1])
+	if err := c.WaitUntil(wait, func() bool {
+		_, err := c.host(survivor).Lookup(ctx, "counter", "lonely")
+		return err == nil
+	}); err != nil {
+		_, err := c.host(survivor).Lookup(ctx, "counter", "lonely")
+		t.Fatalf("the node did not serve again after the others came back: %v; live %v; quorum %v", err, c.Node(survivor).Membership().Live(), c.host(survivor).Stats().Quorum)
+	}
+	if n := c.activations("lonely"); n != 1 {
+		f, err := c.host(survivor).Lookup(ctx, "counter", "lonely")
+		for _, i := range c.Running() {
+			t.Log(i, c.Node(i).ID(), c.host(i).Active(), c.host(i).Stats().Quorum, c.host(i).DirectoryEntries()["lonely"])
+		}
+		t.Fatalf("%d activations; lookup %s %v", n, f, err)
+	}
+}
