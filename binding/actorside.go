@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
@@ -21,6 +22,10 @@ type actorBinding struct {
 	consumed    uint64
 	owed        int
 	creditArmed bool
+
+	// arriving is set on a binding restored by a relocation until its commit (44) is
+	// sent (move.go): what the Actor sends its session waits for the commit.
+	arriving *arrival
 }
 
 // stateKey is the attachment key of the binding state on an activation.
@@ -29,6 +34,11 @@ type stateKey struct{}
 type actorState struct {
 	b       *Binder
 	current *actorBinding
+
+	// Relocation (move.go): on the source, the binding sealed for the move; on the
+	// target, the restored binding until its commit is sent.
+	departing *departure
+	arrived   *actorBinding
 }
 
 func state(b *Binder, t *actor.Turn) *actorState {
@@ -87,7 +97,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	case want.ObjectGeneration != self.ObjectGeneration:
 		reply(true, b, from, body.Correlation, wire.ResultInvalidState, wire.FailureNone, nil)
 		return
-	case want.AuthorityOwnerGeneration != self.AuthorityOwnerGeneration:
+	case want.AuthorityOwnerGeneration != self.AuthorityOwnerGeneration && !followed(t, want):
 		reply(true, b, from, body.Correlation, wire.ResultConflict, wire.FailureActorLocationStale, nil)
 		return
 	}
@@ -99,22 +109,29 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
 	t.Deliver(actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
 	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
-		b.notifyReplaced(self, prev)
+		// A binding that arrived with a relocation not committed yet: its session owner
+		// still routes to the source and would refuse the 51 from here; it follows the
+		// commit.
+		if !deferUntilCommitted(prev, func(t *actor.Turn) { b.notifyReplaced(t.Fence(), prev) }) {
+			b.notifyReplaced(self, prev)
+		}
 	}
+}
+
+// followed reports whether a bind naming want reached this activation through Message
+// Follow: want is exactly where the Actor was before it moved here. The bind is then
+// admitted here, once (digest §7.5), and its terminal tells the session owner the new
+// route (onReply).
+func followed(t *actor.Turn, want actor.RouteFence) bool {
+	former, ok := t.Former()
+	return ok && former.Ref == want.Ref && former.Node == want.Node && former.AuthorityOwnerGeneration == want.AuthorityOwnerGeneration
 }
 
 // notifyReplaced sends one 51 to the previous session owner: one-way, no retry.
 func (b *Binder) notifyReplaced(self actor.RouteFence, prev *actorBinding) {
 	rec := &wire.Record{Body: &wire.BoundSessionReplaced{
 		ActorAuthority: actor.FenceToWire(self),
-		RetiredSession: wire.SessionFence{
-			OwnerNodeRID:         prev.owner.RID,
-			OwnerNodeGeneration:  prev.owner.Generation,
-			OwnerID:              b.opts.OwnerID,
-			OwnerLeaseGeneration: prev.owner.Generation,
-			SessionRID:           prev.sessionRid,
-			BindingGeneration:    prev.gen,
-		},
+		RetiredSession: b.sessionFence(prev),
 	}}
 	if err := b.node.Records().Send(context.Background(), prev.owner, rec); err != nil {
 		b.log.Debug("binding: replacement notice not sent", "to", prev.owner.String(), "err", err)
@@ -203,6 +220,18 @@ func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64
 }
 
 func (b *Binder) send36(t *actor.Turn, cur *actorBinding, gen uint64, name, ct string, data []byte) error {
+	if cur.arriving != nil {
+		// Restored by a relocation whose commit is not sent yet: the session owner would
+		// judge this against the source's fence and drop it. It follows the commit, in
+		// order, with the fence the activation has then.
+		data = cloneData(data)
+		deferUntilCommitted(cur, func(t *actor.Turn) {
+			if err := b.send36(t, cur, gen, name, ct, data); err != nil {
+				b.log.Debug("binding: push held for the relocation commit not sent", "to", cur.owner.String(), "err", err)
+			}
+		})
+		return nil
+	}
 	rec := &wire.Record{
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: gen},
 		Payload: &wire.Payload{PacketName: name, ContentType: ct, Data: data},
@@ -265,7 +294,8 @@ func (b *Binder) failRelay(from mesh.NodeID, rec *wire.Record, code, message str
 
 // onActorStop runs in a stopping activation's last turn: a current binding ends with
 // the Actor, and its session owner is told (36 $zlink.unbound) so the session drops
-// the binding and fails what waits on it, instead of relaying into the void.
+// the binding and fails what waits on it, instead of relaying into the void. An
+// activation that moved away says nothing: its binding lives on at the target.
 func (b *Binder) onActorStop(t *actor.Turn) {
 	st, ok := t.Attachment(stateKey{}).(*actorState)
 	if !ok || st.current == nil {
@@ -273,6 +303,12 @@ func (b *Binder) onActorStop(t *actor.Turn) {
 	}
 	cur := st.current
 	st.current = nil
+	st.departing, st.arrived = nil, nil
+	if t.MovedAway() || cur.arriving != nil {
+		// Moved: the target carries the binding on. Restored here but never committed:
+		// the session owner never routed here, and its seal timeout cleans up there.
+		return
+	}
 	rec := &wire.Record{
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
 		Payload: &wire.Payload{PacketName: unboundPacketName, ContentType: codec.ContentTypeRaw},

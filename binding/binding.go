@@ -85,6 +85,11 @@ type Options struct {
 	// the Actor host's mailbox bounds.
 	RelayWindow      int
 	RelayWindowBytes int64
+	// SessionRelocationSealTimeout bounds how long a session holds the relays to one of
+	// its Actors while that Actor moves to another node (sealed by record 42, released
+	// by 44): past it without the route update the session is closed and the held
+	// relays are dropped (default 3 s; digest §7.13). Not positive: the default.
+	SessionRelocationSealTimeout time.Duration
 }
 
 // Binder runs both roles of the binding protocol on one mesh node.
@@ -97,10 +102,11 @@ type Binder struct {
 	nextGen  atomic.Uint64 // binding generations: monotonic within this node lifecycle
 	nextCorr atomic.Uint64
 
-	mu       sync.Mutex
-	sessions map[session.RoutingID]*Session
-	byGen    map[uint64]*Session // current binding generation -> its session
-	pending  map[uint64]*pendingOp
+	mu        sync.Mutex
+	sessions  map[session.RoutingID]*Session
+	byGen     map[uint64]*Session // current binding generation -> its session
+	pending   map[uint64]*pendingOp
+	sealWaits map[wire.RelocationID]*sealWait // Actor owner: seals (42) waiting for their 43
 
 	drops       dropCounters
 	unsubscribe func()
@@ -146,17 +152,26 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	if opts.RelayWindowBytes <= 0 {
 		opts.RelayWindowBytes = DefaultRelayWindowBytes
 	}
+	if opts.SessionRelocationSealTimeout <= 0 {
+		opts.SessionRelocationSealTimeout = DefaultSessionRelocationSealTimeout
+	}
 	b := &Binder{
 		node: node, actors: actors, opts: opts, log: opts.Logger,
-		sessions: map[session.RoutingID]*Session{},
-		byGen:    map[uint64]*Session{},
-		pending:  map[uint64]*pendingOp{},
+		sessions:  map[session.RoutingID]*Session{},
+		byGen:     map[uint64]*Session{},
+		pending:   map[uint64]*pendingOp{},
+		sealWaits: map[wire.RelocationID]*sealWait{},
 	}
 	// Session-owner role: terminals, pushes and replacements arrive at the node (bind
 	// terminals through the Actor host, which owns record 20).
 	actors.HandleReplies(b.onReply)
 	node.Records().Handle(wire.CmdBoundSessionSend, b.onPush)
 	node.Records().Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
+	// The relocation barrier (relocation.go): seals and route updates arrive at the
+	// session owner, the seal's confirmation at the Actor owner (move.go).
+	node.Records().Handle(wire.CmdSessionRelocationSeal, b.onSeal)
+	node.Records().Handle(wire.CmdSessionRelocationRoute, b.onRoute)
+	node.Records().Handle(wire.CmdSessionRelocationSealed, b.onSealed)
 	// Actor-owner role: binds and relays are addressed to the activation itself and
 	// handled in its turn.
 	actors.HandleActorRecord(wire.CmdBoundSessionBind, b.onBind)
@@ -164,6 +179,10 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	actors.HandleMissingActor(b.onMissingActor)
 	actors.HandleRejected(b.onRejected)
 	actors.HandleStop(b.onActorStop)
+	actors.HandleMove(actor.MoveHooks{
+		Seal: b.sealMove, Capture: b.captureMove, Restore: b.restoreMove,
+		Committed: b.moveCommitted, Aborted: b.moveAborted,
+	})
 	actors.SetSessionBridge(bridge{b: b})
 	b.unsubscribe = node.Membership().Subscribe(b.onMembership)
 	mp := opts.MeterProvider
@@ -200,6 +219,11 @@ func sessionRID(id session.RoutingID) string { return "s" + strconv.FormatUint(u
 type dropCounters struct {
 	stalePush, staleRelay, staleReplaced, lateReply atomic.Int64
 	relayTimeouts, peerFailures, bindsRefused       atomic.Int64
+
+	// The relocation barrier (relocation.go, move.go).
+	seals, commits, aborts, sealTimeouts atomic.Int64
+	lateRoutes, relocationProtocolErrors atomic.Int64
+	staleSeals                           atomic.Int64 // 42s and 43s that name no current binding or waiting seal
 }
 
 // Drops reports the records this node's binding rejected, by kind (for tests and
@@ -222,6 +246,17 @@ type Stats struct {
 	Relayed         int   // relayed packets their Actors have not consumed yet (window.go)
 	RelayTimeouts   int64 // relayed Requests failed with deadline_exceeded
 	PeerFailures    int64 // relayed Requests and binds failed because their node failed
+
+	// The relocation barrier, session-owner side (docs/binding.md, "During a
+	// relocation"). Held is a gauge; the rest count since the binder started.
+	Held                     int   // relays held by relocation seals now
+	RelocationSeals          int64 // seals installed (42 applied)
+	RelocationCommits        int64 // route switched to the target (44 commit applied)
+	RelocationAborts         int64 // seals released to the source (44 abort applied)
+	SealTimeouts             int64 // sessions closed because no 44 came within the seal timeout
+	LateRouteUpdates         int64 // 44s ignored: late, another relocation, or the session gone
+	RelocationProtocolErrors int64 // 42s and 44s repeating a relocation with other content
+	StaleSeals               int64 // 42s (and 43s on the Actor owner) ignored: no such binding or seal
 }
 
 // Stats returns the current counts.
@@ -232,13 +267,22 @@ func (b *Binder) Stats() Stats {
 		sessions = append(sessions, s)
 	}
 	st := Stats{Sessions: len(b.sessions), Pending: len(b.pending),
-		RelayTimeouts: b.drops.relayTimeouts.Load(), PeerFailures: b.drops.peerFailures.Load()}
+		RelayTimeouts: b.drops.relayTimeouts.Load(), PeerFailures: b.drops.peerFailures.Load(),
+		RelocationSeals: b.drops.seals.Load(), RelocationCommits: b.drops.commits.Load(),
+		RelocationAborts: b.drops.aborts.Load(), SealTimeouts: b.drops.sealTimeouts.Load(),
+		LateRouteUpdates: b.drops.lateRoutes.Load(), RelocationProtocolErrors: b.drops.relocationProtocolErrors.Load(),
+		StaleSeals: b.drops.staleSeals.Load()}
 	b.mu.Unlock()
 	for _, s := range sessions {
 		s.mu.Lock()
 		st.Bindings += len(s.binds)
 		st.RelayedRequests += len(s.requests)
 		st.Relayed += int(s.relayedCount.Load())
+		for _, bd := range s.binds {
+			if bd.hold != nil {
+				st.Held += len(bd.hold.held)
+			}
+		}
 		s.mu.Unlock()
 	}
 	return st

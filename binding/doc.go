@@ -3,7 +3,10 @@
 // node (record 38, answered by 20), relays its packets to them (24 with the
 // bound-session tail), receives their pushes and replies (36), is replaced when another
 // session binds the same Actor (51), and leaves a tombstone (38, state 2) for every
-// binding when it goes. On the Actor owner node each activation keeps exactly one
+// binding when it goes. When a bound Actor moves to another node the session stays:
+// the binding is sealed (42, answered by 43) and its relays held, then its route is
+// switched once (44) and what was held goes to the new route in order
+// (relocation.go, move.go). On the Actor owner node each activation keeps exactly one
 // current binding, registered in the Actor's own turn before the bind is answered.
 //
 // The physical socket never leaves the session owner node; only these records cross.

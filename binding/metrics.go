@@ -36,6 +36,25 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	relocations, err := m.Int64ObservableCounter("meshnode.binding.relocations", metric.WithUnit("{event}"),
+		metric.WithDescription("Relocation barriers of this node's sessions, by event: sealed, committed, aborted, seal_timeout."))
+	if err != nil {
+		return err
+	}
+	relocRejected, err := m.Int64ObservableCounter("meshnode.binding.relocation.rejected", metric.WithUnit("{record}"),
+		metric.WithDescription("Relocation records (42, 43, 44) ignored, by reason: late_route_update, protocol_error, stale_seal."))
+	if err != nil {
+		return err
+	}
+	held, err := m.Int64ObservableGauge("meshnode.binding.relocation.held", metric.WithUnit("{packet}"),
+		metric.WithDescription("Relays held by relocation seals of this node's sessions."))
+	if err != nil {
+		return err
+	}
+	event := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("event", v)) }
+	reason := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
+	sealed, committed, aborted, sealTimeout := event("sealed"), event("committed"), event("aborted"), event("seal_timeout")
+	late, protoErr, staleSeal := reason("late_route_update"), reason("protocol_error"), reason("stale_seal")
 	timeout := metric.WithAttributes(attribute.String("reason", "relay_timeout"))
 	nodeFailed := metric.WithAttributes(attribute.String("reason", "node_failed"))
 	b.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -46,7 +65,15 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(failed, st.RelayTimeouts, timeout)
 		o.ObserveInt64(failed, st.PeerFailures, nodeFailed)
 		o.ObserveInt64(refused, b.drops.bindsRefused.Load())
+		o.ObserveInt64(relocations, st.RelocationSeals, sealed)
+		o.ObserveInt64(relocations, st.RelocationCommits, committed)
+		o.ObserveInt64(relocations, st.RelocationAborts, aborted)
+		o.ObserveInt64(relocations, st.SealTimeouts, sealTimeout)
+		o.ObserveInt64(relocRejected, st.LateRouteUpdates, late)
+		o.ObserveInt64(relocRejected, st.RelocationProtocolErrors, protoErr)
+		o.ObserveInt64(relocRejected, st.StaleSeals, staleSeal)
+		o.ObserveInt64(held, int64(st.Held))
 		return nil
-	}, bindings, waiting, unconsumed, failed, refused)
+	}, bindings, waiting, unconsumed, failed, refused, relocations, relocRejected, held)
 	return err
 }

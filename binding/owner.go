@@ -88,7 +88,8 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 	}
 	b.mu.Lock()
 	op, ok := b.pending[r.Correlation]
-	if ok && from != op.fence.Node {
+	moved := ok && from != op.fence.Node
+	if moved && !followedTerminal(r, op) {
 		// A terminal from another node than the one asked is not this bind's: it
 		// neither completes nor fails it.
 		b.mu.Unlock()
@@ -119,6 +120,12 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 	}
 	fence := op.fence
 	fence.AuthorityOwnerGeneration = r.BindOK.AuthorityOwnerGeneration
+	if moved {
+		// The Actor moved and Message Follow took the bind to it: the binding routes to
+		// where it was admitted (an activation's owner lease is its node's generation).
+		fence.Node = from
+		fence.OwnerLeaseGeneration = from.Generation
+	}
 	// Linearisation point B: publish the binding (session table and push index) in
 	// one step, before the caller can observe success.
 	s := op.s
@@ -142,6 +149,18 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 		b.sendTombstone(s, prev.fence, prev.gen)
 	}
 	op.done <- nil
+}
+
+// followedTerminal reports whether a terminal from another node than the one asked
+// can be this 38's: Message Follow forwards a 38 that reaches an Actor's former node to
+// its new one, which answers (digest §7.5). Only an ok terminal is taken that way, and
+// for a bind only one that echoes this bind's binding generation; anything else from
+// an unasked node stays rejected.
+func followedTerminal(r *wire.Reply, op *pendingOp) bool {
+	if r.Result != wire.ResultOK {
+		return false
+	}
+	return op.tombstone || (r.BindOK != nil && r.BindOK.BindingGeneration == op.gen)
 }
 
 func bindFailure(r *wire.Reply) error {
@@ -169,14 +188,21 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		b.rejected(&b.drops.stalePush, from, "push for a binding generation that is not current")
 		return
 	}
-	actorID, bd := s.current(body.ExpectedBindingGeneration)
+	bd, ok := s.current(body.ExpectedBindingGeneration)
 	src := actor.FenceFromWire(body.Actor)
-	if bd == nil || actorID != src.ID || bd.fence.ObjectGeneration != src.ObjectGeneration ||
-		bd.fence.Node != from || src.Node != from || bd.fence.AuthorityOwnerGeneration != src.AuthorityOwnerGeneration {
-		b.rejected(&b.drops.stalePush, from, "push with a stale Actor fence")
-		return
-	}
 	p := rec.Payload
+	if !ok || bd.actorID != src.ID || !pushFrom(bd.fence, src, from) {
+		// A reply the Actor sent from its previous location, before it moved, to a
+		// Request relayed there before the seal, may arrive after the commit switched
+		// the route: it still completes that Request. Nothing else from a previous
+		// location is accepted.
+		if !ok || bd.actorID != src.ID || p.PacketName != replyPacketName || bd.prevFence.Node.IsZero() ||
+			!pushFrom(bd.prevFence, src, from) {
+			b.rejected(&b.drops.stalePush, from, "push with a stale Actor fence")
+			return
+		}
+	}
+	actorID := bd.actorID
 	switch p.PacketName {
 	case replyPacketName:
 		seq, kind, payload, err := decodeReply(p.Data)
@@ -227,6 +253,14 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 	}
 }
 
+// pushFrom reports whether a 36 whose source Actor fence is src, sent by node from, is
+// from the activation at route: same object generation, node and authority owner
+// generation (§7.7).
+func pushFrom(route, src actor.RouteFence, from mesh.NodeID) bool {
+	return route.ObjectGeneration == src.ObjectGeneration && route.Node == from && src.Node == from &&
+		route.AuthorityOwnerGeneration == src.AuthorityOwnerGeneration
+}
+
 // onReplaced handles a 51: the Actor owner installed another session's binding for an
 // Actor this node's session was bound to. Every retired field must match exactly.
 func (b *Binder) onReplaced(from mesh.NodeID, rec *wire.Record) {
@@ -249,8 +283,9 @@ func (b *Binder) onReplaced(from mesh.NodeID, rec *wire.Record) {
 		b.rejected(&b.drops.staleReplaced, from, "replacement notice for a binding that is not current")
 		return
 	}
-	actorID, bd := s.current(rs.BindingGeneration)
-	if bd == nil || actorID != authority.ID || bd.fence.Node != from {
+	bd, ok := s.current(rs.BindingGeneration)
+	actorID := bd.actorID
+	if !ok || actorID != authority.ID || bd.fence.Node != from {
 		b.rejected(&b.drops.staleReplaced, from, "replacement notice with a stale Actor authority")
 		return
 	}

@@ -186,6 +186,24 @@ func (s *Session) Bindings() []Binding {
 	return out
 }
 
+// SessionsBindings returns the current bindings of every session that has binding
+// state on this node: one list per session (sessions in routing ID order, each list by
+// ActorId), for tests and operators.
+func (b *Binder) SessionsBindings() [][]Binding {
+	b.mu.Lock()
+	sessions := make([]*Session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	sort.Slice(sessions, func(i, j int) bool { return sessions[i].peer.RoutingID() < sessions[j].peer.RoutingID() })
+	out := make([][]Binding, 0, len(sessions))
+	for _, s := range sessions {
+		out = append(out, s.Bindings())
+	}
+	return out
+}
+
 // Binding returns the current binding of actorID.
 func (s *Session) Binding(actorID string) (Binding, bool) {
 	s.mu.Lock()
@@ -260,16 +278,21 @@ func (s *Session) NotifyDisconnected(ctx context.Context, actorID string) error 
 func (s *Session) end(ctx context.Context, actorID string) error {
 	s.mu.Lock()
 	bd, ok := s.binds[actorID]
+	var fence actor.RouteFence
+	var gen uint64
+	if ok {
+		fence, gen = bd.fence, bd.gen // copied under the lock: a relocation moves the route
+	}
 	s.mu.Unlock()
 	if !ok {
 		return ErrNotBound
 	}
 	// The binding stays current until the Actor's notice has run (its callback may
 	// still push to this session); the tombstone's terminal ends it here.
-	err := s.b.roundTrip(ctx, s, bd.fence, bd.gen, true)
-	s.dropBinding(actorID, bd.gen)
-	s.b.forget(bd.gen)
-	s.failRequests(bd.gen, "the binding ended")
+	err := s.b.roundTrip(ctx, s, fence, gen, true)
+	s.dropBinding(actorID, gen)
+	s.b.forget(gen)
+	s.failRequests(gen, "the binding ended")
 	return err
 }
 
@@ -314,7 +337,9 @@ func failPackets(pkts []*session.Packet, code, why string) {
 // bound-session tail. A Request is answered when the Actor replies (its reply rides
 // 36 back); nothing is ever resent. While the window toward the Actor's node is full
 // the relay waits for room as long as the session lives (its reader pulls nothing
-// meanwhile); ctx is the caller's and is not what bounds that wait.
+// meanwhile); ctx is the caller's and is not what bounds that wait. While the binding
+// is sealed for a relocation the packet is held (relocation.go) and Relay returns at
+// once: it goes out, in order, when the route update comes.
 func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet) error {
 	s.mu.Lock()
 	if s.closing || s.closed {
@@ -331,9 +356,26 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	if pkt.IsRequest() {
 		s.addRequest(seq, pendingRequest{pkt: pkt, gen: bd.gen, node: bd.fence.Node})
 	}
+	// Held relays count against the window like sent ones, so a sealed binding still
+	// stops its session at the window: no relocation-specific bound (digest §7.13).
 	s.relayedOn(bd, seq, int64(len(pkt.Payload)))
+	if h := bd.hold; h != nil {
+		h.held = append(h.held, heldRelay{seq: seq, pkt: pkt})
+		s.mu.Unlock()
+		return nil
+	}
 	fence, gen := bd.fence, bd.gen
+	bd.sending++
 	s.mu.Unlock()
+	err := s.send(fence, gen, seq, pkt)
+	s.sent(bd)
+	return err
+}
+
+// send sends one relay to the activation at fence. On failure the relay is taken back
+// (its Request forgotten, its window slot freed) and the error, of a fault kind,
+// returned.
+func (s *Session) send(fence actor.RouteFence, gen, seq uint64, pkt *session.Packet) error {
 	rec := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
 	// A relay that finds the window toward the Actor's node full waits for room for as
 	// long as the session lives (the session stops pulling meanwhile; the Actor's node
@@ -361,6 +403,9 @@ func (s *Session) disconnected(ctx context.Context, _ swire.CloseReason) {
 	s.mu.Lock()
 	s.closed = true
 	binds := s.binds
+	for _, bd := range binds {
+		s.dropHold(bd) // held relays are never delivered after the session is gone
+	}
 	s.binds = map[string]*bound{}
 	s.byGen = map[uint64]*bound{}
 	s.relayedCount.Store(0)
@@ -400,14 +445,23 @@ func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 	return pr.pkt
 }
 
+// boundView is a copy of a binding's identity and routes, taken under s.mu: a
+// relocation commit changes the route of a binding in place.
+type boundView struct {
+	actorID   string
+	gen       uint64
+	fence     actor.RouteFence
+	prevFence actor.RouteFence // zero unless the binding moved
+}
+
 // current returns the binding of the given generation if it is still current.
-func (s *Session) current(gen uint64) (string, *bound) {
+func (s *Session) current(gen uint64) (boundView, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if bd := s.byGen[gen]; bd != nil {
-		return bd.actorID, bd
+		return boundView{actorID: bd.actorID, gen: bd.gen, fence: bd.fence, prevFence: bd.prevFence}, true
 	}
-	return "", nil
+	return boundView{}, false
 }
 
 // Bind binds the session of peer to the Actor to, wherever it lives: the directory
@@ -428,7 +482,7 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) {
 			return bd, err
 		}
-		b.actors.Forget(to)
+		b.actors.ForgetStale(to, f)
 	}
 	return Binding{}, err
 }

@@ -45,6 +45,16 @@ type bound struct {
 	fence   actor.RouteFence
 	gen     uint64
 	window  []relayed // oldest first
+
+	// Relocation (relocation.go): the barrier's judgement state, the relays held while
+	// sealed (nil when none), and the route before the last commit, whose replies to
+	// Requests relayed before the move are still accepted.
+	barrier   relocationBarrier
+	hold      *relocationHold
+	prevFence actor.RouteFence
+	// sending counts relays whose route was read but which the transport has not taken
+	// yet: a seal's 43 waits for them (relocation.go).
+	sending int
 }
 
 // relayed is one relay not consumed yet: its session sequence and payload size.
@@ -79,9 +89,11 @@ func (s *Session) removeBound(actorID string, gen uint64) bool {
 }
 
 // unlinkBound forgets a binding's generation and its unconsumed relays (the binding is
-// gone: nothing of it will be consumed). s.mu is held.
+// gone: nothing of it will be consumed), held ones included; whoever removes the
+// binding fails its pending Requests. s.mu is held.
 func (s *Session) unlinkBound(bd *bound) {
 	delete(s.byGen, bd.gen)
+	s.dropHold(bd)
 	s.release(bd, len(bd.window))
 }
 
@@ -152,18 +164,30 @@ func (b *Binder) consumed(t *actor.Turn, cur *actorBinding, seq uint64) {
 		b.sendCredit(t, cur)
 		return
 	}
-	if !cur.creditArmed {
-		cur.creditArmed = true
-		t.After(creditDelay, func(t *actor.Turn) {
-			cur.creditArmed = false
-			if st, ok := t.Attachment(stateKey{}).(*actorState); ok && st.current == cur && cur.owed > 0 {
-				b.sendCredit(t, cur)
-			}
-		})
+	b.armCredit(t, cur)
+}
+
+// armCredit schedules a credit creditDelay from now, unless one is scheduled already.
+func (b *Binder) armCredit(t *actor.Turn, cur *actorBinding) {
+	if cur.creditArmed {
+		return
 	}
+	cur.creditArmed = true
+	t.After(creditDelay, func(t *actor.Turn) {
+		cur.creditArmed = false
+		if st, ok := t.Attachment(stateKey{}).(*actorState); ok && st.current == cur && cur.owed > 0 {
+			b.sendCredit(t, cur)
+		}
+	})
 }
 
 func (b *Binder) sendCredit(t *actor.Turn, cur *actorBinding) {
+	if cur.arriving != nil {
+		// Restored by a relocation whose commit is not sent yet: the session owner would
+		// judge a credit from here against the source's fence and drop it. It stays owed;
+		// the commit sends it (move.go).
+		return
+	}
 	cur.owed = 0
 	rec := &wire.Record{
 		Body:    &wire.BoundSessionSend{Actor: actor.FenceToWire(t.Fence()), ExpectedBindingGeneration: cur.gen},
