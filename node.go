@@ -261,6 +261,22 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	return n.stopErr
 }
 
+// DrainParallel is how many Actors Drain moves at once.
+const DrainParallel = 8
+
+// Drain takes the node out of the fleet without losing Actor state: it moves every
+// Actor hosted here to the other members (Actor host Drain; from then on nothing new
+// is placed here), then shuts down as Shutdown does (sessions get ServerDrain, the node
+// leaves the mesh). It returns how many Actors moved; the error joins the moves that
+// failed and Shutdown's error.
+func (n *Node) Drain(ctx context.Context) (int, error) {
+	moved, err := n.actors.Drain(ctx, DrainParallel)
+	if err != nil {
+		n.log.Warn("meshnode: some Actors could not move off the draining node", "moved", moved, "err", err)
+	}
+	return moved, errors.Join(err, n.Shutdown(ctx))
+}
+
 // Close stops the node without draining: sessions are closed at once (no
 // session-closing), then as Shutdown.
 func (n *Node) Close() error {

@@ -54,6 +54,9 @@ type serveConfig struct {
 	wsOrigins []string
 	// pprof serves net/http/pprof on the admin address.
 	pprof bool
+	// drainActors makes SIGINT/SIGTERM move the node's Actors to other members before
+	// the sessions drain.
+	drainActors bool
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -86,6 +89,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving /metrics, /healthz, /readyz (empty = off)")
 	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
+	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as `meshnode drain` does)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
 	var join listFlag

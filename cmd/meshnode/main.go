@@ -44,6 +44,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runMembers(ctx, args[1:], stdout, stderr)
 		case "call":
 			return runCall(ctx, args[1:], stdout, stderr)
+		case "relocate":
+			return runRelocate(ctx, args[1:], stdout, stderr)
+		case "drain":
+			return runDrain(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseServeFlags(args, stderr)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,14 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
 	var ready atomic.Bool
+	// POST /v1/drain asks for a drain with Actors moved away, as --drain-actors does
+	// for SIGTERM.
+	drainAsked := make(chan struct{})
+	var drainOnce sync.Once
+	askDrain := func() (first bool) {
+		drainOnce.Do(func() { close(drainAsked); first = true })
+		return first
+	}
 	var admin *http.Server
 	var adminDone chan error
 	if cfg.admin != "" {
@@ -51,7 +60,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 			_ = node.Close()
 			return fmt.Errorf("flag --admin: %w", err)
 		}
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(ln) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (/metrics /healthz /readyz)\n", ln.Addr())
@@ -73,12 +82,25 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
 	ready.Store(true)
 
-	<-ctx.Done()
+	moveActors := cfg.drainActors
+	select {
+	case <-ctx.Done():
+		askDrain() // a late POST /v1/drain is refused
+	case <-drainAsked:
+		moveActors = true
+	}
 	ready.Store(false)
-	log.Info("draining sessions", "timeout", cfg.drainTimeout)
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
-	err = node.Shutdown(dctx)
+	if moveActors {
+		log.Info("draining: moving Actors to the other members, then sessions", "timeout", cfg.drainTimeout)
+		var moved int
+		moved, err = node.Drain(dctx)
+		fmt.Fprintf(stdout, "meshnode: moved %d Actors to other members\n", moved)
+	} else {
+		log.Info("draining sessions", "timeout", cfg.drainTimeout)
+		err = node.Shutdown(dctx)
+	}
 	stopAdmin()
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
@@ -95,8 +117,9 @@ type memberJSON struct {
 	State      string `json:"state"`
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool) *http.ServeMux {
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
+	adminActors(mux, node, drain)
 	if withPprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.

@@ -16,7 +16,9 @@ const RoomKind = "room"
 
 // Kinds returns the sample Actor kinds.
 func Kinds() []actor.Kind {
-	return []actor.Kind{{Name: RoomKind, New: func() actor.Actor { return &Room{} }}}
+	return []actor.Kind{{Name: RoomKind, New: func() actor.Actor { return &Room{} },
+		// The room's state moves with it when it is relocated.
+		State: func(a actor.Actor) any { return &a.(*Room).State }}}
 }
 
 // Mux returns the sample session. With a nil binder only echo and fail work.
@@ -87,8 +89,15 @@ func (r rooms) relay(ctx context.Context, p *session.Packet) error {
 }
 
 // Room is the sample Actor: it answers room.echo and pushes room.say back to its
-// bound session.
-type Room struct{}
+// bound session. Its state (how many room.echo requests it served) moves with it.
+type Room struct {
+	State RoomState
+}
+
+// RoomState is the part of a Room that moves with it to another node.
+type RoomState struct {
+	Served int64 `msgpack:"served"`
+}
 
 // Receive implements actor.Actor.
 func (r *Room) Receive(ctx *actor.Context) {
@@ -104,7 +113,8 @@ func (r *Room) Receive(ctx *actor.Context) {
 			_ = ctx.ReplyError(fault.Errorf(fault.InvalidOperation, "room.echo needs a JSON payload"))
 			return
 		}
-		_ = ctx.Reply(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload})
+		r.State.Served++
+		_ = ctx.Reply(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload, "served": r.State.Served})
 	case p.Name == "room.say":
 		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
 	case p.Request:

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
+)
+
+// Admin endpoints and commands for Actors: where one lives, moving one, draining the
+// node.
+
+// actorJSON is the answer of GET /v1/actors/{id} and POST /v1/actors/{id}/relocate.
+type actorJSON struct {
+	ID                       string `json:"id"`
+	Kind                     string `json:"kind,omitempty"`
+	ObjectGeneration         uint64 `json:"objectGeneration"`
+	Node                     string `json:"node"`
+	NodeGeneration           uint64 `json:"nodeGeneration"`
+	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration"`
+}
+
+// errorJSON is the body of every 4xx and 5xx answer of the admin API.
+type errorJSON struct {
+	Error   string `json:"error"`   // the fault code: not_found, invalid_operation, ...
+	Message string `json:"message"` // what went wrong, for a person
+}
+
+func fenceJSON(kind string, f actor.RouteFence) actorJSON {
+	return actorJSON{ID: f.ID, Kind: kind, ObjectGeneration: f.ObjectGeneration, Node: f.Node.RID,
+		NodeGeneration: f.Node.Generation, AuthorityOwnerGeneration: f.AuthorityOwnerGeneration}
+}
+
+// writeError answers with the HTTP status of err's fault kind and a JSON error body.
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	k, ok := fault.Of(err)
+	if ok {
+		switch k {
+		case fault.NotFound:
+			status = http.StatusNotFound
+		case fault.InvalidOperation, fault.TypeMismatch, fault.ProtocolError:
+			status = http.StatusBadRequest
+		case fault.AlreadyExists:
+			status = http.StatusConflict
+		case fault.Unavailable, fault.ShuttingDown, fault.CapacityExceeded:
+			status = http.StatusServiceUnavailable
+		case fault.DeadlineExceeded:
+			status = http.StatusGatewayTimeout
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(errorJSON{Error: fault.Code(err), Message: err.Error()})
+}
+
+// adminActors adds the Actor endpoints; drain asks the serve loop to drain the node.
+func adminActors(mux *http.ServeMux, node *meshnode.Node, drain func() bool) {
+	mux.HandleFunc("GET /v1/actors/{id}", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		kind, f, err := node.Actors().Where(ctx, r.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, fenceJSON(kind, f))
+	})
+	mux.HandleFunc("POST /v1/actors/{id}/relocate", func(w http.ResponseWriter, r *http.Request) {
+		to := r.URL.Query().Get("to")
+		if to == "" {
+			writeError(w, fault.Errorf(fault.InvalidOperation, "relocate needs ?to=RID, the node to move the Actor to"))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		defer cancel()
+		f, err := node.Actors().Relocate(ctx, r.PathValue("id"), to)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, fenceJSON("", f))
+	})
+	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, _ *http.Request) {
+		if !drain() {
+			writeError(w, fault.Errorf(fault.ShuttingDown, "the node is already stopping"))
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		writeJSON(w, map[string]any{"draining": true})
+	})
+}
+
+// adminCall sends one admin request and decodes its JSON answer into out; a non-2xx
+// answer is returned as an error carrying the server's message.
+func adminCall(ctx context.Context, method, admin, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+admin+path, nil)
+	if err != nil {
+		return fmt.Errorf("flag --admin: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e errorJSON
+		if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error != "" {
+			return fmt.Errorf("%s answered %s: %s", admin, e.Error, e.Message)
+		}
+		return fmt.Errorf("%s answered %s", admin, resp.Status)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// runRelocate is `meshnode relocate --admin ADDR ACTOR-ID NODE-RID`.
+func runRelocate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshnode relocate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", defaultAdmin, "admin address of any running meshnode")
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: meshnode relocate [--admin ADDR] ACTOR-ID NODE-RID") }
+	if err := fs.Parse(args); err != nil || fs.NArg() != 2 {
+		if err == nil {
+			fs.Usage()
+		}
+		return errUsage
+	}
+	var f actorJSON
+	path := "/v1/actors/" + url.PathEscape(fs.Arg(0)) + "/relocate?to=" + url.QueryEscape(fs.Arg(1))
+	if err := adminCall(ctx, http.MethodPost, *admin, path, &f); err != nil {
+		return fmt.Errorf("relocate: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s moved to %s (generation %d, authority %d)\n", f.ID, f.Node, f.NodeGeneration, f.AuthorityOwnerGeneration)
+	return nil
+}
+
+// runDrain is `meshnode drain --admin ADDR`: the node moves its Actors away, drains
+// its sessions and leaves; the command waits until its admin address stops answering.
+func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshnode drain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", defaultAdmin, "admin address of the meshnode to drain")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the node to stop")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if err := adminCall(ctx, http.MethodPost, *admin, "/v1/drain", nil); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	fmt.Fprintf(stdout, "meshnode: %s is draining\n", *admin)
+	deadline := time.Now().Add(*wait)
+	for time.Now().Before(deadline) {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := adminCall(hctx, http.MethodGet, *admin, "/healthz", nil)
+		cancel()
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				fmt.Fprintf(stdout, "meshnode: %s stopped\n", *admin)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("drain: %s still answers after %s", *admin, *wait)
+}
