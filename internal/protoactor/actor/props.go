@@ -48,15 +48,18 @@ var (
 
 		dp := props.getDispatcher()
 		proc := NewActorProcess(mb)
+		// meshnode patch: the mailbox gets its handlers before the process is
+		// published in the registry. Published first, a message sent to the name at
+		// that moment (a remote peer's, a local sender's) scheduled a mailbox whose
+		// invoker and dispatcher were still being written: a data race.
+		ctx.self = &PID{Address: actorSystem.ProcessRegistry.Address, Id: id}
+		initialize(props, ctx)
+		mb.RegisterHandlers(ctx, dp)
 		pid, absent := actorSystem.ProcessRegistry.Add(proc, id)
 		if !absent {
 			return pid, ErrNameExists
 		}
 		ctx.self = pid
-
-		initialize(props, ctx)
-
-		mb.RegisterHandlers(ctx, dp)
 		mb.PostSystemMessage(startedMessage)
 		mb.Start()
 
