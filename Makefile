@@ -9,7 +9,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: run test bench bench-once idle abuse fuzz lint build cluster proto
+.PHONY: run test bench bench-once idle abuse chaos fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
@@ -53,6 +53,11 @@ bench-once:
 idle:
 	MESHNODE_IDLE_SESSIONS=max $(GO) test -run '^$$' -bench IdleSessions -benchtime 1x -timeout 10m ./test/bench | tee idle.out
 	$(GO) run ./test/benchreport < idle.out
+
+## chaos: the relocation chaos test in full (100 sessions, 20 counter Actors moving at
+## random for 30 s, one node drained and restarted); make test runs it for 4 s
+chaos:
+	MESHNODE_CHAOS=full $(GO) test -race -count=1 -v -run Chaos -timeout 10m ./test/chaos | grep -E '^(--- |ok|FAIL|panic)|FIGURE|_test.go'
 
 ## abuse: the load-and-abuse suite in full (hostile clients against real meshnode
 ## processes, a few minutes); prints each scenario's figures. `make test` runs its

@@ -531,10 +531,16 @@ func (d *RendezvousDirectory) hosts(ctx context.Context, f RouteFence) bool {
 	return !ok || r.Applied
 }
 
-// hostsFence reports whether this node hosts the activation f.
+// hostsFence reports whether this node hosts the activation f, or f is an Actor that
+// is moving away from here and not committed on its target yet.
 func (h *Host) hostsFence(f RouteFence) bool {
-	a, ok := h.local(f.ID)
-	return ok && a.fence == f
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a, ok := h.acts[f.ID]; ok && a.fence == f {
+		return true
+	}
+	e, ok := h.departing[f.ID]
+	return ok && e.Fence == f
 }
 
 // DirectoryEntry is one entry this node holds in the built-in directory.
@@ -593,5 +599,22 @@ func stamp(m any, gen uint64) {
 		m.ToGeneration = gen
 	case *meshpb.Followed:
 		m.ToGeneration = gen
+	}
+}
+
+// claimRetrying is claim retried while the answer is unavailable (the holder changed
+// or is rebuilding after a membership change) until ctx ends: a move's commit must not
+// fail for a moment of membership churn.
+func (d *RendezvousDirectory) claimRetrying(ctx context.Context, kind, id string, expected, next *RouteFence) (bool, error) {
+	for {
+		applied, err := d.claim(ctx, kind, id, expected, next)
+		if err == nil || !errors.Is(err, fault.Unavailable) || errors.Is(err, ErrNoQuorum) {
+			return applied, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

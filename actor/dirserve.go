@@ -57,14 +57,17 @@ func (a *directoryActor) Receive(ctx proto.Context) {
 			}
 			return
 		}
-		ctx.Respond(h.rdir.serveClaim(m))
+		h.serveAsync(ctx, m)
 	case *meshpb.LookupRequest, *meshpb.ActivateRequest, *meshpb.RelocateRequest, *meshpb.MovePrepare:
-		sender := ctx.Sender()
-		if !h.startTask(func(tctx context.Context) { h.serveSlow(tctx, sender, m) }) {
-			if sender != nil {
-				ctx.Respond(busyAnswer(m))
-			}
-		}
+		h.serveAsync(ctx, m)
+	}
+}
+
+// serveAsync serves a request that may wait on a host task, or answers it busy.
+func (h *Host) serveAsync(ctx proto.Context, m any) {
+	sender := ctx.Sender()
+	if !h.startTask(func(tctx context.Context) { h.serveSlow(tctx, sender, m) }) && sender != nil {
+		ctx.Respond(busyAnswer(m))
 	}
 }
 
@@ -76,6 +79,8 @@ func busyAnswer(m any) any {
 		return &meshpb.RelocateResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
 	case *meshpb.MovePrepare:
 		return &meshpb.MoveReady{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
+	case *meshpb.ClaimRequest:
+		return &meshpb.ClaimResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
 	}
 	return &meshpb.LookupResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}
 }
@@ -111,6 +116,8 @@ func (h *Host) serveSlow(ctx context.Context, sender *proto.PID, m any) {
 		answer = r
 	case *meshpb.MovePrepare:
 		answer = h.prepareMove(ctx, m)
+	case *meshpb.ClaimRequest:
+		answer = h.rdir.serveClaim(ctx, m)
 	}
 	if sender != nil && answer != nil {
 		h.system.Root.Send(sender, answer)
@@ -146,20 +153,14 @@ func (h *Host) startTask(fn func(ctx context.Context)) bool {
 }
 
 // serveClaim answers a claim (or, with neither expected nor next, a query of the entry).
-func (d *RendezvousDirectory) serveClaim(m *meshpb.ClaimRequest) *meshpb.ClaimResponse {
+func (d *RendezvousDirectory) serveClaim(ctx context.Context, m *meshpb.ClaimRequest) *meshpb.ClaimResponse {
 	if holder := d.holderOf(m.ActorId); holder != d.host.node.ID() {
 		return &meshpb.ClaimResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: "not the directory holder of " + m.ActorId + " (" + holder.RID + " is)"}
 	}
-	if !d.host.quorum.has() {
-		return &meshpb.ClaimResponse{ErrorCode: codeNoQuorum, ErrorMessage: ErrNoQuorum.Error()}
-	}
-	d.mu.Lock()
-	ready := d.ready
-	d.mu.Unlock()
-	select {
-	case <-ready:
-	default:
-		return &meshpb.ClaimResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: "the directory is rebuilding after a membership change"}
+	// A claim waits for the rebuild after a membership change: the entry it compares
+	// against may still be coming in.
+	if err := d.usable(ctx); err != nil {
+		return &meshpb.ClaimResponse{ErrorCode: errorCode(err), ErrorMessage: err.Error()}
 	}
 	if m.Expected == nil && m.Next == nil {
 		d.mu.Lock()
@@ -189,6 +190,11 @@ func (h *Host) hosted() []*meshpb.Hosted {
 			continue
 		}
 		out = append(out, &meshpb.Hosted{Kind: a.kind, Fence: fenceToPB(a.fence)})
+	}
+	// An Actor that moved away but whose target has not committed yet is still this
+	// node's in the directory: a rebuild that missed it would place it anew.
+	for _, e := range h.departing {
+		out = append(out, &meshpb.Hosted{Kind: e.Kind, Fence: fenceToPB(e.Fence)})
 	}
 	return out
 }

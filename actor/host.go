@@ -84,10 +84,11 @@ type Host struct {
 	rdir   *RendezvousDirectory // the built-in directory (nil with another Directory)
 	quorum *quorum
 
-	mu     sync.Mutex
-	kinds  map[string]Kind
-	acts   map[string]*activation // by ActorId
-	closed bool
+	mu        sync.Mutex
+	kinds     map[string]Kind
+	acts      map[string]*activation    // by ActorId
+	departing map[string]DirectoryEntry // moved away, target not committed yet
+	closed    bool
 
 	unsubscribe func()
 	dirPID      *proto.PID
@@ -247,6 +248,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	h.closing, h.stopClosing = context.WithCancel(context.Background())
 	h.taskSlots = make(chan struct{}, maxDirectoryTasks)
 	h.follows = map[string]follow{}
+	h.departing = map[string]DirectoryEntry{}
 	h.quorum = newQuorum(node.ID().RID)
 	h.dir = opts.Directory
 	if h.dir == nil {

@@ -186,6 +186,15 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 	}
 	cctx, cancel := context.WithTimeout(ctx, movePrepareTimeout)
 	defer cancel()
+	// Until the target answers the cutover, this node reports the Actor as its own to
+	// a directory rebuild (the entry names the source until the target's commit).
+	defer func() {
+		h.mu.Lock()
+		if e, ok := h.departing[m.Source.ID]; ok && e.Fence == m.Source {
+			delete(h.departing, m.Source.ID)
+		}
+		h.mu.Unlock()
+	}()
 	res, err = h.system.Root.RequestFuture(target, &meshpb.MoveCutover{RelocationHigh: m.ID.High, RelocationLow: m.ID.Low, Held: held, ToGeneration: m.Target.Node.Generation},
 		time.Until(deadlineOf(cctx))).Result()
 	if err != nil {
@@ -310,6 +319,9 @@ func (s *shell) handOff(pctx proto.Context, cmd *moveHandOff) {
 	}
 	s.held = nil
 	h.addFollow(cmd.m.Source, cmd.m.Target, cmd.target)
+	h.mu.Lock()
+	h.departing[s.act.fence.ID] = DirectoryEntry{Kind: s.act.kind, Fence: s.act.fence}
+	h.mu.Unlock()
 	if h.retire(s.act) {
 		// What is already in the mailbox behind this turn is forwarded as it comes
 		// (forwardTo); the activation stops after it (a user message, so behind them).
@@ -558,7 +570,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 		h.log.Warn("actor: cutover_timeout: committing a move without the source's cutover", "actor", arr.m.Target.Ref.String())
 	}
 	ctx, cancel := context.WithTimeout(h.closing, movePrepareTimeout)
-	applied, err := h.rdir.claim(ctx, s.act.kind, arr.m.Target.ID, &arr.m.Source, &arr.m.Target)
+	applied, err := h.rdir.claimRetrying(ctx, s.act.kind, arr.m.Target.ID, &arr.m.Source, &arr.m.Target)
 	cancel()
 	if err == nil && !applied {
 		err = fault.Errorf(fault.Unavailable, "actor: the directory entry no longer names the source")

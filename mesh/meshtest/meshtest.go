@@ -219,6 +219,19 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// Drain takes node i out of the cluster the way an operator does (Node.Drain): its
+// Actors move to the other nodes, its sessions drain, it leaves. It returns how many
+// Actors moved.
+func (c *Cluster) Drain(i int) (int, error) {
+	n := c.halt(i)
+	if n == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Drain(ctx)
+}
+
 // Kill stops node i as a crash would, without leaving or draining: the others detect
 // it as failed.
 func (c *Cluster) Kill(i int) {
