@@ -3,6 +3,7 @@ package actor_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,9 @@ import (
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/nodert"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 )
 
@@ -476,5 +480,73 @@ func TestDirectory_MinorityRefusesAndStopsItsActors(t *testing.T) {
 			t.Log(i, c.Node(i).ID(), c.host(i).Active(), c.host(i).Stats().Quorum, c.host(i).DirectoryEntries()["lonely"])
 		}
 		t.Fatalf("%d activations; lookup %s %v", n, f, err)
+	}
+}
+
+// brittle restores nothing: its Restore always fails.
+type brittle struct{ counter }
+
+func (b *brittle) Snapshot() ([]byte, error) { return []byte("x"), nil }
+func (b *brittle) Restore([]byte) error      { return errors.New("brittle: cannot restore") }
+
+// A state the kind cannot restore and a state whose CRC-32C does not match are refused
+// by the target with ErrBadState (DataLost), counted, and the Actor keeps serving at
+// the source; a move to a node that is dead is Unavailable.
+func TestRelocation_BadStateAndDeadTargetAreRefused(t *testing.T) {
+	c := &relocCluster{block: make(chan struct{})}
+	c.Cluster = meshtest.Start(t, 3, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
+		cfg.Messages = counterMessages
+		cfg.Kinds = []actor.Kind{
+			{Name: "brittle", New: func() actor.Actor { return &brittle{} }},
+			{Name: "counter", New: func() actor.Actor { return &counter{} }, State: func(a actor.Actor) any { return &a.(*counter).st }},
+		}
+	}})
+	ctx := reqCtx(t)
+	f, err := c.host(0).LookupOn(ctx, "brittle", "b", c.Node(0).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.host(0).Send(ctx, f, &Add{N: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.host(0).Relocate(ctx, "b", c.Node(1).ID().RID); !errors.Is(err, actor.ErrBadState) || !errors.Is(err, fault.DataLost) {
+		t.Fatalf("move of a state the target cannot restore: %v", err)
+	}
+	if s := c.host(1).Stats(); s.MovesRefused != 1 {
+		t.Fatalf("target counted %d refused moves", s.MovesRefused)
+	}
+	if got := c.count(t, 2, actor.Address{Kind: "brittle", ID: "b"}); got.N != 4 || got.Moved {
+		t.Fatalf("after the refused move %+v", got)
+	}
+
+	// A prepare whose CRC-32C does not match its bytes, as a peer would send it.
+	system := nodert.SystemOf(c.Node(0).Mesh())
+	target := c.Node(1).Mesh()
+	res, err := system.Root.RequestFuture(proto.NewPID(target.RemoteAddr(), "$directory"), &meshpb.MovePrepare{
+		RelocationHigh: 1, RelocationLow: 2, Kind: "counter",
+		Source: &meshpb.Fence{ActorId: "forged", ObjectGeneration: f.ObjectGeneration, NodeRid: f.Node.RID,
+			NodeGeneration: f.Node.Generation, AuthorityOwnerGeneration: 1, OwnerLeaseGeneration: 1},
+		State: []byte{0x81, 0xa1, 0x4e, 0x05}, Crc32C: 12345, ToGeneration: target.ID().Generation,
+	}, wait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := res.(*meshpb.MoveReady); !ok || r.ErrorCode != "bad_state" || !strings.Contains(r.ErrorMessage, "CRC") {
+		t.Fatalf("forged prepare answered %+v", res)
+	}
+	if s := c.host(1).Stats(); s.MovesRefused != 2 || s.Active != 0 {
+		t.Fatalf("after a forged prepare: %+v", s)
+	}
+
+	// A dead target.
+	c.Kill(2)
+	if err := c.WaitUntil(wait, func() bool { return len(c.Node(0).Membership().Live()) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.host(0).Relocate(ctx, "b", c.Node(2).ID().RID); !errors.Is(err, fault.Unavailable) {
+		t.Fatalf("move to a dead node: %v", err)
+	}
+	if got := c.count(t, 1, actor.Address{Kind: "brittle", ID: "b"}); got.N != 4 {
+		t.Fatalf("after the move to a dead node %+v", got)
 	}
 }

@@ -58,6 +58,11 @@ func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop fu
 			switch {
 			case strings.HasPrefix(line, "meshnode: admin http://"):
 				addrs["admin"] = strings.Fields(strings.TrimPrefix(line, "meshnode: admin http://"))[0]
+			case strings.HasPrefix(line, "meshnode: node "):
+				// meshnode: node RID generation G, mesh ADDR, remote ADDR
+				f := strings.Fields(line)
+				addrs["rid"] = f[2]
+				addrs["mesh"] = strings.TrimSuffix(f[6], ",")
 			case strings.HasPrefix(line, "meshnode: stream "):
 				ep := strings.TrimPrefix(line, "meshnode: stream ")
 				addrs[ep[:strings.Index(ep, "://")]] = ep

@@ -9,6 +9,7 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -156,6 +157,8 @@ func TestChaos_RelocationsUnderLoadLoseNothing(t *testing.T) {
 
 	// Moves at random, and node 2 drained and restarted half way.
 	var moves, moveErrs atomic.Int64
+	var refusedMu sync.Mutex
+	refused := map[string]int{} // why moves were refused, by error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -177,10 +180,20 @@ func TestChaos_RelocationsUnderLoadLoseNothing(t *testing.T) {
 			mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := f.Actors(from).Relocate(mctx, id, f.Node(to).ID().RID)
 			mcancel()
-			if err == nil {
+			switch {
+			case err == nil:
 				moves.Add(1)
-			} else {
+			default:
 				moveErrs.Add(1)
+				why := fault.Code(err)
+				for _, e := range []error{actor.ErrAlreadyThere, actor.ErrMoving, actor.ErrNoQuorum} {
+					if errors.Is(err, e) {
+						why = e.Error()
+					}
+				}
+				refusedMu.Lock()
+				refused[why]++
+				refusedMu.Unlock()
 			}
 			time.Sleep(time.Duration(5+rnd.IntN(20)) * time.Millisecond) // pacing, not a wait on a condition
 		}
@@ -217,8 +230,8 @@ func TestChaos_RelocationsUnderLoadLoseNothing(t *testing.T) {
 			t.Errorf("requests failed with %q (%d times), not a clear error of a move or a drain", code, tl.errCodes[code])
 		}
 	}
-	t.Logf("FIGURE chaos: %s, %d requests, %d answered, %d unknown outcome (errors %v), %d moves (%d refused or failed)",
-		duration(), tl.requests.Load(), okTotal, unknownTotal, tl.errCodes, moves.Load(), moveErrs.Load())
+	t.Logf("FIGURE chaos: %s, %d requests, %d answered, %d unknown outcome (errors %v), %d moves (%d refused or failed: %v)",
+		duration(), tl.requests.Load(), okTotal, unknownTotal, tl.errCodes, moves.Load(), moveErrs.Load(), refused)
 	if moves.Load() == 0 {
 		t.Error("no Actor moved during the run")
 	}
