@@ -153,12 +153,13 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 
 // followedTerminal reports whether a terminal from another node than the one asked
 // can be this 38's: Message Follow forwards a 38 that reaches an Actor's former node to
-// its new one, which answers (digest §7.5). Only an ok terminal is taken that way, and
-// for a bind only one that echoes this bind's binding generation; anything else from
-// an unasked node stays rejected.
+// its new one, which answers (digest §7.5). An ok terminal is taken that way only if,
+// for a bind, it echoes this bind's binding generation; a failure (the Actor is not
+// there either) is taken as it is: it only fails the bind, which its caller may look
+// up and try again, instead of leaving it to time out.
 func followedTerminal(r *wire.Reply, op *pendingOp) bool {
 	if r.Result != wire.ResultOK {
-		return false
+		return true
 	}
 	return op.tombstone || (r.BindOK != nil && r.BindOK.BindingGeneration == op.gen)
 }

@@ -211,9 +211,9 @@ func TestRelocation_AbortSendsHeldRelaysToTheSource(t *testing.T) {
 	eventually(t, "other relocation's abort counted late", func() bool { return x.stats().LateRouteUpdates == 1 })
 }
 
-// No 44 within the seal timeout: the session is closed (ServerDrain) and the held
+// §7.18 "no 44 within 3,000 ms": the session is closed (ServerDrain) and the held
 // relays are never delivered; a 44 after that is a late route update.
-func TestRelocation_SealTimeoutClosesTheSession(t *testing.T) {
+func TestRelocation718_NoCommitWithinSealTimeoutClosesSessionHeldNeverDelivered(t *testing.T) {
 	x := startRelocation(t, binding.Options{SessionRelocationSealTimeout: time.Second})
 	id := wire.RelocationID{High: 3, Low: 1}
 	x.fromActorNode(t, x.seal(id))

@@ -471,7 +471,10 @@ func (s *Session) current(gen uint64) (boundView, bool) {
 func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address) (Binding, error) {
 	s := b.Session(peer)
 	var err error
-	for attempt := 0; attempt < 2; attempt++ {
+	// Up to three looks: the cached route, the directory's entry, and the directory's
+	// entry once more after it checked the one that named no activation (each failed
+	// fence goes with the next look-up, and the holder replaces it if it is stale).
+	for attempt := 0; attempt < 3; attempt++ {
 		var f actor.RouteFence
 		// A cached route saves a directory look-up (and its future) per bind; a stale
 		// one (the activation is gone) fails the bind NotFound and is looked up again.

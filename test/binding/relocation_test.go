@@ -5,7 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/examples/sampleapp"
+	"github.com/meshnode/meshnode/internal/nodert"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	swire "github.com/meshnode/meshnode/session/wire"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
@@ -236,3 +246,86 @@ func TestRelocation_BindWithTheOldFenceFollows(t *testing.T) {
 }
 
 func roomAddr(id string) actor.Address { return actor.Address{Kind: "room", ID: id} }
+
+// fragile is a room whose Restore, on the target of a move, first runs a hook: the
+// test uses it to take the directory entry away from the source just before the
+// target's relay-ready, so that the target's compare-and-set fails after it.
+type fragile struct{ sampleapp.Room }
+
+var fragileRestore atomic.Pointer[func()]
+
+func (f *fragile) Snapshot() ([]byte, error) { return json.Marshal(f.State) }
+func (f *fragile) Restore(b []byte) error {
+	if hook := fragileRestore.Load(); hook != nil {
+		(*hook)()
+	}
+	return json.Unmarshal(b, &f.State)
+}
+
+// §7.18 "CAS/cutover failure after relay-ready → no source fallback, seal timeout
+// cleans up": when the target cannot take the directory entry over after its
+// relay-ready, the move fails, the source does not serve again (no 44 abort), the
+// session's seal times out and closes it, and the Actor is activated anew on the next
+// bind (its state is lost: the error log says location_update_failed).
+func TestRelocation718_CASFailureAfterRelayReadyNoSourceFallback(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{
+		Binding: binding.Options{SessionRelocationSealTimeout: time.Second},
+		Config: func(cfg *meshnode.Config) {
+			cfg.Kinds = append(cfg.Kinds, actor.Kind{Name: "fragile", New: func() actor.Actor { return &fragile{} }})
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	src, err := f.Actors(0).LookupOn(ctx, "fragile", "frail", f.Node(1).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Connect(t, 0)
+	mustBind(t, c, "frail", "fragile")
+	if got := echo(t, c); got.Served != 1 {
+		t.Fatalf("echo %+v", got)
+	}
+	hook := func() {
+		// Every node is asked; only the holder of "frail" applies it.
+		bogus := &meshpb.Fence{ActorId: src.ID, ObjectGeneration: src.ObjectGeneration, NodeRid: src.Node.RID,
+			NodeGeneration: src.Node.Generation, AuthorityOwnerGeneration: 1, OwnerLeaseGeneration: 1}
+		expected := &meshpb.Fence{ActorId: src.ID, ObjectGeneration: src.ObjectGeneration, NodeRid: src.Node.RID,
+			NodeGeneration: src.Node.Generation, AuthorityOwnerGeneration: src.AuthorityOwnerGeneration, OwnerLeaseGeneration: src.OwnerLeaseGeneration}
+		system := nodert.SystemOf(f.Node(0).Mesh())
+		for i := 0; i < 3; i++ {
+			m := f.Node(i).Mesh()
+			_, _ = system.Root.RequestFuture(proto.NewPID(m.RemoteAddr(), "$directory"),
+				&meshpb.ClaimRequest{Kind: "fragile", ActorId: src.ID, Expected: expected, Next: bogus, ToGeneration: m.ID().Generation}, wait).Result()
+		}
+	}
+	fragileRestore.Store(&hook)
+	defer fragileRestore.Store(nil)
+	if _, err := f.Actors(1).Relocate(ctx, "frail", f.Node(2).ID().RID); err == nil {
+		t.Fatal("the move succeeded although its commit could not take the directory entry")
+	}
+	fragileRestore.Store(nil)
+	// The source does not serve again, the session's seal times out and closes it.
+	eventually(t, "the sealed session closed", func() bool { return c.State() != connector.StateConnected })
+	if r := c.CloseReason(); r != swire.CloseServerDrain {
+		t.Errorf("close reason %v, want ServerDrain", r)
+	}
+	if n := len(f.Actors(1).Active()) + len(f.Actors(2).Active()); n != 0 {
+		for i := 0; i < 3; i++ {
+			t.Log(i, f.Actors(i).Active())
+		}
+		t.Fatalf("%d activations of the lost Actor", n)
+	}
+	if s := f.Binder(0).Stats(); s.SealTimeouts != 1 {
+		t.Fatalf("seal timeouts %d", s.SealTimeouts)
+	}
+	// A new bind activates it anew: same ActorId, a new ObjectGeneration, fresh state.
+	c2 := f.Connect(t, 0)
+	mustBind(t, c2, "frail", "fragile")
+	if got := echo(t, c2); got.Served != 1 {
+		t.Fatalf("echo after the lost move %+v", got)
+	}
+	again, err := f.Actors(0).Lookup(ctx, "fragile", "frail")
+	if err != nil || again.ObjectGeneration == src.ObjectGeneration {
+		t.Fatalf("after the lost move %s %v, before %s", again, err, src)
+	}
+}
