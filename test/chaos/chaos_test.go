@@ -152,6 +152,20 @@ func startLoad(t *testing.T) *load {
 	return l
 }
 
+// twoActivations returns an ActorId that more than one running node hosts (asked of
+// every node), or "".
+func (l *load) twoActivations() string {
+	seen := map[string]int{}
+	for _, i := range l.f.Running() {
+		for _, a := range l.f.Actors(i).Active() {
+			if seen[a.ID]++; seen[a.ID] > 1 {
+				return a.ID
+			}
+		}
+	}
+	return ""
+}
+
 // drainAndRestart drains node i (its Actors move away) and starts it again; sessions
 // on it redial the new lifecycle.
 func (l *load) drainAndRestart(t *testing.T, i int) {
@@ -254,6 +268,10 @@ func TestChaos_RelocationsUnderLoadLoseNothing(t *testing.T) {
 					}
 				}
 				refused[why]++
+			}
+			if dup := l.twoActivations(); dup != "" {
+				t.Errorf("two live activations of %s after a move", dup)
+				return
 			}
 			time.Sleep(time.Duration(5+rnd.IntN(20)) * time.Millisecond) // pacing, not a wait on a condition
 		}
