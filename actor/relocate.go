@@ -655,7 +655,10 @@ func (h *Host) followRoute(name string) (follow, bool) {
 	if !ok {
 		return follow{}, false
 	}
-	if time.Now().After(f.until) {
+	if time.Now().After(f.until) || !h.node.Membership().IsLive(f.target.Node) {
+		// Expired, or the node it pointed to is gone (it may have moved on from there,
+		// but that node's route went with it): the sender gets not found and looks up
+		// again instead of waiting on a record sent into the void.
 		delete(h.follows, name)
 		return follow{}, false
 	}
