@@ -58,7 +58,17 @@ func (a *directoryActor) Receive(ctx proto.Context) {
 			return
 		}
 		h.serveAsync(ctx, m)
-	case *meshpb.LookupRequest, *meshpb.ActivateRequest, *meshpb.RelocateRequest, *meshpb.MovePrepare:
+	case *meshpb.LookupRequest:
+		// The common case, an Actor that has an entry, is answered in this turn; only
+		// a placement (which may wait) takes a task.
+		if m.Stale == nil {
+			if f, ok := h.rdir.entryNow(m.Kind, m.ActorId); ok {
+				ctx.Respond(lookupResponse(f, nil))
+				return
+			}
+		}
+		h.serveAsync(ctx, m)
+	case *meshpb.ActivateRequest, *meshpb.RelocateRequest, *meshpb.MovePrepare:
 		h.serveAsync(ctx, m)
 	}
 }
@@ -381,4 +391,26 @@ func (h *Host) quorumChanged(ok bool) {
 	for _, id := range ids {
 		h.Deactivate(id)
 	}
+}
+
+// entryNow returns id's entry when this node holds it, is not rebuilding, has its
+// majority and the entry names a live node of the same kind: an answer that needs no
+// wait.
+func (d *RendezvousDirectory) entryNow(kind, id string) (RouteFence, bool) {
+	h := d.host
+	if !h.quorum.has() || d.holderOf(id) != h.node.ID() {
+		return RouteFence{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.ready:
+	default:
+		return RouteFence{}, false
+	}
+	e, ok := d.entries[id]
+	if !ok || (kind != "" && e.kind != kind) || !h.node.Membership().IsLive(e.fence.Node) {
+		return RouteFence{}, false
+	}
+	return e.fence, true
 }
