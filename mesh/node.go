@@ -7,6 +7,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -94,6 +96,8 @@ type Node struct {
 	meta     nodeMeta
 
 	flow *flow
+
+	timing timing // memberlist's failure-detection settings, for FailureBound
 
 	// suspicions counts what memberlist's log tells of suspicion: peers this node
 	// suspected, and suspicions of this node it refuted (each one a false suspicion).
@@ -219,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	})
 	mlc := presetConfig(cfg.Preset)
+	n.timing = timing{probe: mlc.ProbeInterval, probeTimeout: mlc.ProbeTimeout, suspicionMult: mlc.SuspicionMult, maxMult: mlc.SuspicionMaxTimeoutMult}
 	mlc.Name = n.id.RID
 	mlc.Transport = nt
 	mlc.AdvertiseAddr = cfg.AdvertiseHost
@@ -242,6 +247,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.finish()
 		return nil, fmt.Errorf("mesh: start: %w", ctx.Err())
 	}
+	n.wg.Add(1)
+	go n.healLoop(max(4*mlc.ProbeInterval, time.Second))
 	if len(cfg.Join) > 0 {
 		if c, err := list.Join(cfg.Join); err != nil || c == 0 {
 			if err == nil {
@@ -366,3 +373,50 @@ func (n *Node) shutdownTransport() {
 }
 
 var _ io.Writer = slogWriter{}
+
+// healLoop re-joins, every interval, the members this node saw fail (not those that
+// left). memberlist probes and gossips only with live members, so two sides of a
+// partition that has healed would otherwise never hear of each other again; a join
+// exchanges the full state, each side refutes the other's "dead", and the views merge.
+// At most eight addresses a round; a crashed node's address simply does not answer.
+func (n *Node) healLoop(interval time.Duration) {
+	defer n.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		var addrs []string
+		for _, m := range n.members.table.Load().byRID {
+			if m.State == StateDead && m.MeshAddr != "" && m.ID.RID != n.id.RID {
+				addrs = append(addrs, m.MeshAddr)
+			}
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+		if c, err := n.members.list.Join(addrs[:min(len(addrs), 8)]); err == nil && c > 0 {
+			n.log.Info("mesh: reached members seen failed, merging views", "contacted", c)
+		}
+	}
+}
+
+// timing is what bounds memberlist's failure detection.
+type timing struct {
+	probe, probeTimeout    time.Duration
+	suspicionMult, maxMult int
+}
+
+// failureBound: see Membership.FailureBound.
+func (n *Node) failureBound() time.Duration {
+	t := n.timing
+	live := len(n.membershipView.Live())
+	scale := math.Max(1, math.Log10(math.Max(1, float64(live))))
+	maxMult := max(t.maxMult, 1)
+	suspicion := time.Duration(float64(maxMult*t.suspicionMult) * scale * float64(t.probe))
+	return suspicion + t.probe + t.probeTimeout
+}

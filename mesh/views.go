@@ -64,6 +64,14 @@ func (m *Membership) Subscribe(fn func(MemberEvent)) (unsubscribe func()) {
 	return m.n.members.subscribe(fn)
 }
 
+// FailureBound is the longest a member of this mesh can take to declare a peer failed
+// that it can no longer reach: memberlist's suspicion timeout when no other member
+// confirms the suspicion (the node alone on its side of a partition), plus one probe.
+// A node on the majority side of a partition declares the others failed sooner; it
+// waits this long after a failure before it acts as if the failed side has given up
+// (Actor failover), as Akka's down-removal margin does.
+func (m *Membership) FailureBound() time.Duration { return m.n.failureBound() }
+
 // Joined is closed once another member has joined this node's view.
 func (m *Membership) Joined() <-chan struct{} { return m.n.members.joined }
 
