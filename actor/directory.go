@@ -58,7 +58,8 @@ type RendezvousDirectory struct {
 	ready          chan struct{}            // closed once the latest rebuild is done
 	syncGen        uint64                   // the latest rebuild
 	rebuilding     bool
-	releasedDuring map[RouteFence]bool // activations released while a rebuild runs
+	synced         map[mesh.NodeID]bool // members whose activations the last rebuild merged
+	releasedDuring map[RouteFence]bool  // activations released while a rebuild runs
 }
 
 // dirEntry is the directory entry of one ActorId.
@@ -70,7 +71,8 @@ type dirEntry struct {
 func newRendezvousDirectory(h *Host) *RendezvousDirectory {
 	ready := make(chan struct{})
 	close(ready)
-	return &RendezvousDirectory{host: h, entries: map[string]dirEntry{}, creating: map[string]chan struct{}{}, ready: ready}
+	return &RendezvousDirectory{host: h, entries: map[string]dirEntry{}, creating: map[string]chan struct{}{}, ready: ready,
+		synced: map[mesh.NodeID]bool{h.node.ID(): true}}
 }
 
 // Lookup implements Directory.
@@ -229,8 +231,22 @@ func (d *RendezvousDirectory) serve(ctx context.Context, kind, id, placeOn strin
 				stale = nil
 				continue
 			}
-			// Its node failed or left: the Actor is activated anew (failover).
+			// Its node failed or left: the Actor is activated anew (failover), once the
+			// failover margin has passed.
+			if wait := h.failoverWait(id, e.fence.Node, true); wait > 0 {
+				d.mu.Unlock()
+				if err := sleepCtx(ctx, wait); err != nil {
+					return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: %s's node failed; failover after the margin (%s more): %w", id, wait.Round(time.Millisecond), err)
+				}
+				continue
+			}
 			delete(d.entries, id)
+		} else if wait := h.failoverWait(id, mesh.NodeID{}, false); wait > 0 {
+			d.mu.Unlock()
+			if err := sleepCtx(ctx, wait); err != nil {
+				return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: the directory holder of %s failed; placing it after the margin (%s more): %w", id, wait.Round(time.Millisecond), err)
+			}
+			continue
 		}
 		if wait, busy := d.creating[id]; busy {
 			d.mu.Unlock()
@@ -240,6 +256,24 @@ func (d *RendezvousDirectory) serve(ctx context.Context, kind, id, placeOn strin
 			case <-ctx.Done():
 				return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: lookup of %s: %w", id, ctx.Err())
 			}
+		}
+		if !d.syncedWithLiveLocked() {
+			// A member this node has not merged the activations of yet (it joined a
+			// moment ago, or this node did) may host the Actor: rebuild first.
+			d.mu.Unlock()
+			d.membershipChanged()
+			if err := d.usable(ctx); err != nil {
+				return RouteFence{}, err
+			}
+			d.mu.Lock()
+			synced := d.syncedWithLiveLocked()
+			d.mu.Unlock()
+			if !synced {
+				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+					return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: the directory could not hear from every member before placing %s: %w", id, err)
+				}
+			}
+			continue
 		}
 		done := make(chan struct{})
 		d.creating[id] = done
@@ -617,4 +651,30 @@ func (d *RendezvousDirectory) claimRetrying(ctx context.Context, kind, id string
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// sleepCtx waits d, or until ctx ends (its error, when d is longer than ctx has left).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return context.DeadlineExceeded
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// syncedWithLiveLocked reports whether the last rebuild merged the activations of every
+// member this node sees live. d.mu is held.
+func (d *RendezvousDirectory) syncedWithLiveLocked() bool {
+	for _, m := range d.host.node.Membership().Live() {
+		if !d.synced[m.ID] {
+			return false
+		}
+	}
+	return true
 }

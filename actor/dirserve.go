@@ -32,7 +32,8 @@ type directoryActor struct{ h *Host }
 func (a *directoryActor) Receive(ctx proto.Context) {
 	h := a.h
 	if !h.forThisLifecycle(ctx.Message()) {
-		h.node.Records().DropStale(mesh.NodeID{}, fmt.Sprintf("directory message %T for an earlier lifecycle of this node", ctx.Message()))
+		// Directory traffic is not a record: it is not counted with the record drops.
+		h.log.Debug("actor: directory message for an earlier lifecycle of this node dropped", "type", fmt.Sprintf("%T", ctx.Message()))
 		return
 	}
 	switch m := ctx.Message().(type) {
@@ -100,6 +101,13 @@ func (h *Host) serveSlow(ctx context.Context, sender *proto.PID, m any) {
 	var answer any
 	switch m := m.(type) {
 	case *meshpb.LookupRequest:
+		if from := (mesh.NodeID{RID: m.FromRid, Generation: m.FromGeneration}); from.RID != "" && from != h.node.ID() {
+			// The asker sees this node as the holder; if this node does not see the
+			// asker yet, its view is the one behind: wait (briefly) to catch up.
+			for i := 0; i < 100 && !h.node.Membership().IsLive(from) && ctx.Err() == nil; i++ {
+				_ = sleepCtx(ctx, 20*time.Millisecond)
+			}
+		}
 		if holder := h.rdir.holderOf(m.ActorId); holder != h.node.ID() {
 			answer = &meshpb.LookupResponse{ActorId: m.ActorId, ErrorCode: codeNotOwner, OwnerRid: holder.RID}
 			break
@@ -258,6 +266,7 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 		// Pull: every member's activations, for the ids this node now holds.
 		var mu sync.Mutex
 		all := append([]*meshpb.Hosted(nil), own...)
+		synced := map[mesh.NodeID]bool{self: true}
 		var wg sync.WaitGroup
 		for _, m := range live {
 			if m.ID == self {
@@ -276,6 +285,7 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 				if r, ok := res.(*meshpb.SyncResponse); ok {
 					mu.Lock()
 					all = append(all, r.Hosted...)
+					synced[id] = true
 					mu.Unlock()
 				}
 			}(m.ID)
@@ -286,14 +296,19 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 			d.mu.Unlock()
 			continue
 		}
+		recent := h.failedWithinMargin()
 		for id, e := range d.entries {
-			if ownerOf(id, live) != self || !h.node.Membership().IsLive(e.fence.Node) {
+			_, failing := recent[e.fence.Node]
+			if ownerOf(id, live) != self || (!h.node.Membership().IsLive(e.fence.Node) && !failing) {
+				// Entries of a node that failed within the failover margin stay: a
+				// lookup waits out the margin before it places the Actor anew.
 				delete(d.entries, id)
 			}
 		}
 		d.mu.Unlock()
 		d.merge(all)
 		d.mu.Lock()
+		d.synced = synced
 		d.rebuilding = false
 		d.releasedDuring = nil
 		close(d.ready)

@@ -131,6 +131,8 @@ type Host struct {
 	followed     atomic.Int64
 	duplicates   atomic.Int64
 	draining     atomic.Bool
+	failMu       sync.Mutex
+	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin
 	deadFollowed *eventstream.Subscription
 	bridge       SessionBridge
 
@@ -249,6 +251,7 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	h.taskSlots = make(chan struct{}, maxDirectoryTasks)
 	h.follows = map[string]follow{}
 	h.departing = map[string]DirectoryEntry{}
+	h.failedAt = map[mesh.NodeID]time.Time{}
 	h.quorum = newQuorum(node.ID().RID)
 	h.dir = opts.Directory
 	if h.dir == nil {
@@ -563,6 +566,9 @@ func (h *Host) onMembership(ev mesh.MemberEvent) {
 	}
 	if ok, changed := h.quorum.update(ev, h.node.Membership().Live()); changed {
 		h.quorumChanged(ok)
+	}
+	if ev.Type == mesh.EventFailed {
+		h.noteFailure(ev.Member.ID)
 	}
 	if h.rdir != nil {
 		h.rdir.membershipChanged()
