@@ -8,8 +8,8 @@ import (
 	"log"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -374,15 +374,17 @@ func (n *Node) shutdownTransport() {
 
 var _ io.Writer = slogWriter{}
 
-// healLoop re-joins, every interval, the members this node saw fail (not those that
-// left). memberlist probes and gossips only with live members, so two sides of a
-// partition that has healed would otherwise never hear of each other again; a join
-// exchanges the full state, each side refutes the other's "dead", and the views merge.
-// At most eight addresses a round; a crashed node's address simply does not answer.
+// healLoop re-joins, every interval, one of the members this node saw fail (not those
+// that left), in turn. memberlist probes and gossips only with live members, so two
+// sides of a partition that has healed would otherwise never hear of each other again;
+// a join exchanges the full state, each side refutes the other's "dead", and the views
+// merge. One address per round: a join to a host that does not answer blocks for
+// memberlist's TCP timeout, and the loop must notice the node stopping soon after.
 func (n *Node) healLoop(interval time.Duration) {
 	defer n.wg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	next := 0
 	for {
 		select {
 		case <-n.stop:
@@ -398,9 +400,11 @@ func (n *Node) healLoop(interval time.Duration) {
 		if len(addrs) == 0 {
 			continue
 		}
-		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
-		if c, err := n.members.list.Join(addrs[:min(len(addrs), 8)]); err == nil && c > 0 {
-			n.log.Info("mesh: reached members seen failed, merging views", "contacted", c)
+		slices.Sort(addrs)
+		addr := addrs[next%len(addrs)]
+		next++
+		if c, err := n.members.list.Join([]string{addr}); err == nil && c > 0 {
+			n.log.Info("mesh: reached a member seen failed, merging views", "addr", addr)
 		}
 	}
 }

@@ -110,22 +110,7 @@ func TestRelocation718_RelayedDuringMoveProcessedOnce(t *testing.T) {
 			}
 		}
 	}()
-	served := make(chan int64, requesters*perRequester)
-	reqErr := make(chan error, requesters)
-	for r := 0; r < requesters; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perRequester; i++ {
-				var out servedReply
-				if err := request(t, c, "room.echo", map[string]int{"i": i}, &out); err != nil {
-					reqErr <- err
-					return
-				}
-				served <- out.Served
-			}
-		}()
-	}
+	served, reqErr := echoers(t, c, requesters, perRequester, &wg)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for _, to := range []int{2, 1, 2} {
@@ -154,7 +139,8 @@ func TestRelocation718_RelayedDuringMoveProcessedOnce(t *testing.T) {
 	default:
 	}
 	seen := map[int64]bool{}
-	for v := range served {
+	for out := range served {
+		v := out.Served
 		if seen[v] {
 			t.Fatalf("served count %d returned twice", v)
 		}
@@ -185,23 +171,8 @@ func TestRelocation718_TargetFailureBeforeRelayReadyReturnsHeldToSource(t *testi
 		t.Fatalf("drain node 2: %v", err)
 	}
 	const requesters, perRequester = 4, 25
-	served := make(chan servedReply, requesters*perRequester)
-	reqErr := make(chan error, requesters)
 	var wg sync.WaitGroup
-	for r := 0; r < requesters; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perRequester; i++ {
-				var out servedReply
-				if err := request(t, c, "room.echo", map[string]int{"i": i}, &out); err != nil {
-					reqErr <- err
-					return
-				}
-				served <- out
-			}
-		}()
-	}
+	served, reqErr := echoers(t, c, requesters, perRequester, &wg)
 	if _, err := f.Actors(1).Relocate(ctx, id, f.Node(2).ID().RID); !errors.Is(err, fault.ShuttingDown) {
 		t.Fatalf("move to a draining node: %v", err)
 	}
@@ -328,4 +299,27 @@ func TestRelocation718_CASFailureAfterRelayReadyNoSourceFallback(t *testing.T) {
 	if err != nil || again.ObjectGeneration == src.ObjectGeneration {
 		t.Fatalf("after the lost move %s %v, before %s", again, err, src)
 	}
+}
+
+// echoers starts requesters goroutines (counted in wg) that each send perRequester
+// room.echo requests one after the other; replies and the first error of each come
+// back on the channels (sized so that nobody blocks).
+func echoers(t *testing.T, c *connector.Connector, requesters, perRequester int, wg *sync.WaitGroup) (chan servedReply, chan error) {
+	served := make(chan servedReply, requesters*perRequester)
+	reqErr := make(chan error, requesters)
+	for r := 0; r < requesters; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perRequester; i++ {
+				var out servedReply
+				if err := request(t, c, "room.echo", map[string]int{"i": i}, &out); err != nil {
+					reqErr <- err
+					return
+				}
+				served <- out
+			}
+		}()
+	}
+	return served, reqErr
 }
