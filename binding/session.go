@@ -506,3 +506,15 @@ func (b *Binder) Relay(ctx context.Context, p *session.Packet, actorID string) e
 	}
 	return s.Relay(ctx, actorID, p)
 }
+
+// BindingsOf returns the current bindings of the session with routing id id (none when
+// it has no binding state).
+func (b *Binder) BindingsOf(id session.RoutingID) []Binding {
+	b.mu.Lock()
+	s := b.sessions[id]
+	b.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Bindings()
+}

@@ -36,6 +36,7 @@ type conn struct {
 	nc        net.Conn
 	ws        *wsTransport // ws:// and wss:// only: the close handshake needs it
 	transport string
+	opened    int64 // unix seconds it was accepted, for operators (Host.Sessions)
 	rid       RoutingID
 	peer      *Peer
 	pid       *actor.PID
@@ -106,6 +107,7 @@ func (n *StreamNode) startConn(nc net.Conn, ws *wsTransport, transport string, e
 		readerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 		extDone:    extDone,
+		opened:     time.Now().Unix(),
 	}
 	c.peer = &Peer{c: c}
 	c.wcond = sync.NewCond(&c.wmu)

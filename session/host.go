@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -394,4 +396,59 @@ func (h *Host) finish() {
 		h.system.Shutdown()
 		h.systemDown = true
 	}
+}
+
+// SessionInfo describes one open session, for operators (the admin API's /v1/sessions).
+type SessionInfo struct {
+	RoutingID RoutingID
+	Stream    string // the stream node that accepted it
+	Transport string // tcp, tls, ws, wss
+	Remote    string // the client's address
+	Opened    time.Time
+	Closing   bool // it is closing (drain, replacement, a close in progress)
+}
+
+// SessionCounts are the open sessions by transport and by state (open, closing).
+type SessionCounts struct {
+	Total       int
+	ByTransport map[string]int
+	ByState     map[string]int
+}
+
+// MaxSessionsPage bounds the page Sessions returns, however many sessions there are.
+const MaxSessionsPage = 500
+
+// Sessions returns the counts of the open sessions and a page of at most limit of
+// them whose RoutingID is above after, in RoutingID order. limit is capped at one more
+// than MaxSessionsPage, so that a caller asking for a full page and one more can tell
+// whether another page follows.
+func (h *Host) Sessions(after RoutingID, limit int) ([]SessionInfo, SessionCounts) {
+	limit = min(max(limit, 0), MaxSessionsPage+1)
+	counts := SessionCounts{ByTransport: map[string]int{}, ByState: map[string]int{}}
+	var page []SessionInfo
+	for _, c := range h.liveConns() {
+		closing := false
+		select {
+		case <-c.closing:
+			closing = true
+		default:
+		}
+		counts.Total++
+		counts.ByTransport[c.transport]++
+		if closing {
+			counts.ByState["closing"]++
+		} else {
+			counts.ByState["open"]++
+		}
+		if c.rid <= after {
+			continue
+		}
+		page = append(page, SessionInfo{RoutingID: c.rid, Stream: c.node.Name(), Transport: c.transport,
+			Remote: c.nc.RemoteAddr().String(), Opened: time.Unix(c.opened, 0), Closing: closing})
+	}
+	slices.SortFunc(page, func(a, b SessionInfo) int { return cmp.Compare(a.RoutingID, b.RoutingID) })
+	if len(page) > limit {
+		page = page[:limit]
+	}
+	return page, counts
 }

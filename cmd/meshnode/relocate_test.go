@@ -161,3 +161,80 @@ func doJSON(t *testing.T, method, url string, v any) int {
 	_ = json.NewDecoder(resp.Body).Decode(v)
 	return resp.StatusCode
 }
+
+// GET /v1/sessions counts the sessions by transport and state and pages them with
+// their bindings; GET /v1/bindings lists the bindings; bad paging parameters are 400
+// with a JSON error; meshnode sessions and meshnode actors print tables.
+func TestBinarySessionsBindingsAndActorsEndpoints(t *testing.T) {
+	a, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--admin", "127.0.0.1:0", "--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0", "--node-id", "solo")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var clients []interface{ Close() error }
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		c := testkit.DialConnector(t, a["tcp"], 10*time.Second)
+		clients = append(clients, c)
+		if i == 0 {
+			if err := c.Request(ctx, "bind", map[string]string{"actor": "hall"}, nil); err != nil {
+				t.Fatalf("bind: %v", err)
+			}
+		}
+	}
+	var all sessionsJSON
+	testkit.Eventually(t, 10*time.Second, "three sessions listed", func() bool {
+		return getJSON(t, "http://"+a["admin"]+"/v1/sessions", &all) == http.StatusOK && all.Total == 3
+	})
+	if all.ByTransport["tcp"] != 3 || all.ByState["open"] != 3 || len(all.Sessions) != 3 || all.Next != "" {
+		t.Fatalf("/v1/sessions %+v", all)
+	}
+	bound := 0
+	for _, s := range all.Sessions {
+		if s.Transport != "tcp" || s.Stream == "" || s.Remote == "" || s.Opened.IsZero() || s.State != "open" {
+			t.Errorf("session %+v", s)
+		}
+		for _, b := range s.Bindings {
+			if b.Actor == "hall" && b.Node == "solo" && b.BindingGeneration != 0 {
+				bound++
+			}
+		}
+	}
+	if bound != 1 {
+		t.Fatalf("one session should be bound to hall: %+v", all.Sessions)
+	}
+	var page sessionsJSON
+	if code := getJSON(t, "http://"+a["admin"]+"/v1/sessions?limit=2", &page); code != http.StatusOK || len(page.Sessions) != 2 || page.Next == "" || page.Total != 3 {
+		t.Fatalf("first page: %d %+v", code, page)
+	}
+	var rest sessionsJSON
+	if code := getJSON(t, "http://"+a["admin"]+"/v1/sessions?limit=2&after="+page.Next, &rest); code != http.StatusOK || len(rest.Sessions) != 1 || rest.Next != "" ||
+		rest.Sessions[0].ID <= page.Sessions[1].ID {
+		t.Fatalf("second page: %d %+v", code, rest)
+	}
+	var bl bindingsJSON
+	if code := getJSON(t, "http://"+a["admin"]+"/v1/bindings", &bl); code != http.StatusOK || len(bl.Bindings) != 1 || bl.Bindings[0].Actor != "hall" || bl.Bindings[0].Session == 0 {
+		t.Fatalf("/v1/bindings: %d %+v", code, bl)
+	}
+	for _, q := range []string{"/v1/sessions?limit=0", "/v1/sessions?limit=501", "/v1/sessions?after=x", "/v1/bindings?limit=-1"} {
+		var e errorJSON
+		if code := getJSON(t, "http://"+a["admin"]+q, &e); code != http.StatusBadRequest || e.Error != "invalid_operation" {
+			t.Errorf("%s: %d %+v", q, code, e)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := run(ctx, []string{"sessions", "--admin", a["admin"]}, &out, &errb); err != nil || !strings.Contains(out.String(), "3 sessions") || !strings.Contains(out.String(), "hall@solo") {
+		t.Errorf("meshnode sessions: %v\n%s%s", err, out.String(), errb.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"actors", "--admin", a["admin"]}, &out, &errb); err != nil || !strings.Contains(out.String(), "hall") || !strings.Contains(out.String(), "room") {
+		t.Errorf("meshnode actors: %v\n%s%s", err, out.String(), errb.String())
+	}
+}

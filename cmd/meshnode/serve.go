@@ -120,6 +120,7 @@ type memberJSON struct {
 func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	adminActors(mux, node, drain)
+	adminSessions(mux, node)
 	if withPprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.
