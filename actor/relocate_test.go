@@ -540,7 +540,9 @@ func TestRelocation_BadStateAndDeadTargetAreRefused(t *testing.T) {
 
 	// A dead target.
 	c.Kill(2)
-	if err := c.WaitUntil(wait, func() bool { return len(c.Node(0).Membership().Live()) == 2 }); err != nil {
+	if err := c.WaitUntil(wait, func() bool {
+		return len(c.Node(0).Membership().Live()) == 2 && len(c.Node(1).Membership().Live()) == 2
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.host(0).Relocate(ctx, "b", c.Node(2).ID().RID); !errors.Is(err, fault.Unavailable) {
