@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	ff "github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/fftoml"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -57,6 +62,8 @@ type serveConfig struct {
 	// drainActors makes SIGINT/SIGTERM move the node's Actors to other members before
 	// the sessions drain.
 	drainActors bool
+	// sources says where each flag's value came from (meshnode config).
+	sources map[string]string
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -73,14 +80,15 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
-	cfg := serveConfig{maxMessageSize: session.DefaultMaxMessageSize}
-	defaultMaxConns := session.DefaultMaxConnections()
-	fs := flag.NewFlagSet("meshnode", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var streams listFlag
-	var logLevel string
-	fs.Var(&streams, "stream", "STREAM listener endpoint, repeatable: tcp://host:port, tls://host:port, ws://host:port/path, wss://host:port/path (default "+strings.Join(defaultStreams, " and ")+")")
+// rawFlags holds the flag values that are checked and converted after parsing.
+type rawFlags struct {
+	streams, join, wsOrigins listFlag
+	logLevel, preset, config string
+}
+
+// defineFlags declares the serve flags on fs, writing into cfg and raw.
+func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
+	fs.Var(&raw.streams, "stream", "STREAM listener endpoint, repeatable: tcp://host:port, tls://host:port, ws://host:port/path, wss://host:port/path (default "+strings.Join(defaultStreams, " and ")+")")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate chain for tls:// and wss:// listeners")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key for tls:// and wss:// listeners")
 	fs.StringVar(&cfg.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, TLS clients must present a certificate it signed")
@@ -90,30 +98,108 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
 	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as `meshnode drain` does)")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&raw.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
-	var join listFlag
-	var preset string
 	fs.StringVar(&cfg.nodeID, "node-id", "", "stable node RID (default: the advertised mesh address)")
 	fs.StringVar(&cfg.meshAddr, "mesh", defaultMesh, "gossip (memberlist) bind address host:port; port 0 = OS-assigned")
 	fs.StringVar(&cfg.remoteAddr, "remote", defaultRemote, "protoactor remote bind address host:port; same host as --mesh")
-	fs.Var(&join, "join", "mesh address host:port of a node to join, repeatable")
+	fs.Var(&raw.join, "join", "mesh address host:port of a node to join, repeatable")
 	fs.StringVar(&cfg.advertiseHost, "advertise-host", "", "host peers and clients use to reach this node (default: the bind host; required with 0.0.0.0)")
-	fs.StringVar(&preset, "mesh-timing", "lan", "memberlist timing: lan (production), local (one host), test (fast, for tests)")
-	fs.IntVar(&cfg.maxConnections, "max-connections", defaultMaxConns, "client connections held at once; past it new ones are refused cleanly (default: the open-files limit less a reserve; -1 = no limit)")
+	fs.StringVar(&raw.preset, "mesh-timing", "lan", "memberlist timing: lan (production), local (one host), test (fast, for tests)")
+	fs.IntVar(&cfg.maxConnections, "max-connections", session.DefaultMaxConnections(), "client connections held at once; past it new ones are refused cleanly (default: the open-files limit less a reserve; -1 = no limit)")
 	fs.DurationVar(&cfg.frameTimeout, "frame-timeout", 10*time.Second, "a frame begun must complete within this, or its connection is closed (-1s = off)")
 	fs.DurationVar(&cfg.actorIdleTimeout, "actor-idle-timeout", actor.DefaultIdleTimeout, "deactivate an Actor with no binding and no message for this long (-1s = never)")
 	fs.IntVar(&cfg.maxBindingsPerSession, "max-bindings-per-session", binding.DefaultMaxBindingsPerSession, "Actors one session may be bound to at once")
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
-	var wsOrigins listFlag
-	fs.Var(&wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
-	if err := fs.Parse(args); err != nil {
-		return cfg, errUsage
+	fs.Var(&raw.wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
+	fs.StringVar(&raw.config, "config", "", "TOML configuration file: keys are the flag names (a repeatable flag takes an array)")
+}
+
+// envPrefix prefixes the environment variable of each flag: MESHNODE_ + the flag's
+// name in capitals with dashes as underscores (a repeatable flag takes a comma-separated
+// list).
+const envPrefix = "MESHNODE"
+
+// parseSources parses args, the environment and the configuration file into fs
+// (precedence flag > env > file > default, peterbourgon/ff), and says where each flag's
+// value came from: "flag", "env MESHNODE_X", "file PATH" or "default".
+func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
+	err := ff.Parse(fs, args, ff.WithEnvVarPrefix(envPrefix), ff.WithEnvVarSplit(","),
+		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(fftoml.Parser))
+	if err != nil {
+		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config file") {
+			return nil, fmt.Errorf("config file %s: %w", cf.Value.String(), err)
+		}
+		return nil, err
 	}
+	// Which flags the command line set: parse args again into a throw-away set.
+	probe := flag.NewFlagSet("probe", flag.ContinueOnError)
+	probe.SetOutput(io.Discard)
+	defineFlags(probe, &serveConfig{}, &rawFlags{})
+	_ = probe.Parse(args)
+	sources := map[string]string{}
+	probe.Visit(func(f *flag.Flag) { sources[f.Name] = "flag" })
+	inFile := map[string]bool{}
+	if path := fs.Lookup("config").Value.String(); path != "" {
+		if f, err := os.Open(path); err == nil {
+			_ = fftoml.Parser(f, func(name, _ string) error { inFile[name] = true; return nil })
+			_ = f.Close()
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if sources[f.Name] != "" {
+			return
+		}
+		env := envPrefix + "_" + strings.ReplaceAll(strings.ToUpper(f.Name), "-", "_")
+		switch _, set := os.LookupEnv(env); {
+		case set:
+			sources[f.Name] = "env " + env
+		case inFile[f.Name]:
+			sources[f.Name] = "file " + fs.Lookup("config").Value.String()
+		default:
+			sources[f.Name] = "default"
+		}
+	})
+	return sources, nil
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+	cfg, _, err := parseServeConfig(args, stderr)
+	return cfg, err
+}
+
+// parseServeConfig parses and checks the serve configuration; sources says where each
+// value came from (errors about a value name it).
+func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]string, error) {
+	cfg := serveConfig{maxMessageSize: session.DefaultMaxMessageSize}
+	fs := flag.NewFlagSet("meshnode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var raw rawFlags
+	defineFlags(fs, &cfg, &raw)
+	sources, err := parseSources(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) || strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
+			return cfg, nil, errUsage
+		}
+		return cfg, nil, err
+	}
+	cfg.sources = sources
+	// where names a value by its source, for error messages: the flag, the
+	// environment variable or the configuration file's key.
+	where := func(name string) string {
+		switch src := sources[name]; {
+		case strings.HasPrefix(src, "env "):
+			return "environment variable " + strings.TrimPrefix(src, "env ")
+		case strings.HasPrefix(src, "file "):
+			return "config file " + strings.TrimPrefix(src, "file ") + " key " + name
+		}
+		return "flag --" + name
+	}
+	streams, join, wsOrigins, logLevel, preset := raw.streams, raw.join, raw.wsOrigins, raw.logLevel, raw.preset
 	cfg.wsOrigins = wsOrigins
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return cfg, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.streams = streams
 	cfg.join = join
@@ -125,60 +211,60 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	case "test":
 		cfg.meshPreset = mesh.PresetTest
 	default:
-		return cfg, fmt.Errorf("flag --mesh-timing: %q is not lan, local or test", preset)
+		return cfg, nil, fmt.Errorf("%s: %q is not lan, local or test", where("mesh-timing"), preset)
 	}
-	meshHost, _, err := splitHostPortFlag("--mesh", cfg.meshAddr)
+	meshHost, _, err := splitHostPortFlag(where("mesh"), cfg.meshAddr)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
-	remoteHost, _, err := splitHostPortFlag("--remote", cfg.remoteAddr)
+	remoteHost, _, err := splitHostPortFlag(where("remote"), cfg.remoteAddr)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	if meshHost != remoteHost {
-		return cfg, fmt.Errorf("flag --remote: host %q differs from --mesh host %q", remoteHost, meshHost)
+		return cfg, nil, fmt.Errorf("%s: host %q differs from --mesh host %q", where("remote"), remoteHost, meshHost)
 	}
 	for _, j := range cfg.join {
-		if _, _, err := splitHostPortFlag("--join", j); err != nil {
-			return cfg, err
+		if _, _, err := splitHostPortFlag(where("join"), j); err != nil {
+			return cfg, nil, err
 		}
 	}
 	if (meshHost == "0.0.0.0" || meshHost == "::") && cfg.advertiseHost == "" {
-		return cfg, errors.New("flag --advertise-host: required when --mesh binds a wildcard host")
+		return cfg, nil, fmt.Errorf("%s: required when --mesh binds a wildcard host", where("advertise-host"))
 	}
 	if len(cfg.streams) == 0 {
 		cfg.streams = defaultStreams
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		return cfg, fmt.Errorf("flag --log-level: %w", err)
+		return cfg, nil, fmt.Errorf("%s: %w", where("log-level"), err)
 	}
 	if cfg.maxMessageSize < 0 {
-		return cfg, errors.New("flag --max-message-size: must be 0 (no cap) or positive")
+		return cfg, nil, fmt.Errorf("%s: must be 0 (no cap) or positive", where("max-message-size"))
 	}
 	if cfg.idleTimeout < 0 {
-		return cfg, errors.New("flag --idle-timeout: must not be negative")
+		return cfg, nil, fmt.Errorf("%s: must not be negative", where("idle-timeout"))
 	}
 	if cfg.maxConnections == 0 || cfg.maxConnections < -1 {
-		return cfg, errors.New("flag --max-connections: must be positive, or -1 for no limit")
+		return cfg, nil, fmt.Errorf("%s: must be positive, or -1 for no limit", where("max-connections"))
 	}
 	if cfg.frameTimeout == 0 {
-		return cfg, errors.New("flag --frame-timeout: must be positive, or negative to turn it off")
+		return cfg, nil, fmt.Errorf("%s: must be positive, or negative to turn it off", where("frame-timeout"))
 	}
 	if cfg.actorIdleTimeout == 0 {
-		return cfg, errors.New("flag --actor-idle-timeout: must be positive, or negative for never")
+		return cfg, nil, fmt.Errorf("%s: must be positive, or negative for never", where("actor-idle-timeout"))
 	}
 	if cfg.maxBindingsPerSession <= 0 {
-		return cfg, errors.New("flag --max-bindings-per-session: must be positive")
+		return cfg, nil, fmt.Errorf("%s: must be positive", where("max-bindings-per-session"))
 	}
 	if cfg.maxRelayedRequests <= 0 {
-		return cfg, errors.New("flag --max-relayed-requests: must be positive")
+		return cfg, nil, fmt.Errorf("%s: must be positive", where("max-relayed-requests"))
 	}
 	if cfg.relayTimeout == 0 {
-		return cfg, errors.New("flag --relay-timeout: must be positive, or negative for never")
+		return cfg, nil, fmt.Errorf("%s: must be positive, or negative for never", where("relay-timeout"))
 	}
 	if cfg.admin != "" {
 		if _, _, err := net.SplitHostPort(cfg.admin); err != nil {
-			return cfg, fmt.Errorf("flag --admin: %w", err)
+			return cfg, nil, fmt.Errorf("%s: %w", where("admin"), err)
 		}
 	}
 	secure := false
@@ -188,26 +274,27 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		}
 	}
 	if secure && (cfg.tlsCert == "" || cfg.tlsKey == "") {
-		return cfg, errors.New("flag --stream: tls:// and wss:// endpoints need --tls-cert and --tls-key")
+		return cfg, nil, fmt.Errorf("%s: tls:// and wss:// endpoints need --tls-cert and --tls-key", where("stream"))
 	}
 	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
-		return cfg, errors.New("flag --tls-client-ca: needs --tls-cert and --tls-key")
+		return cfg, nil, fmt.Errorf("%s: needs --tls-cert and --tls-key", where("tls-client-ca"))
 	}
-	return cfg, nil
+	return cfg, sources, nil
 }
 
-// splitHostPortFlag parses a host:port flag value, naming the flag in its error.
-func splitHostPortFlag(flagName, v string) (string, int, error) {
+// splitHostPortFlag parses a host:port value, naming where it came from (the flag, the
+// environment variable or the configuration key) in its error.
+func splitHostPortFlag(where, v string) (string, int, error) {
 	host, portStr, err := net.SplitHostPort(v)
 	if err != nil {
-		return "", 0, fmt.Errorf("flag %s: %w", flagName, err)
+		return "", 0, fmt.Errorf("%s: %w", where, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("flag %s: bad port %q", flagName, portStr)
+		return "", 0, fmt.Errorf("%s: bad port %q", where, portStr)
 	}
 	if host == "" {
-		return "", 0, fmt.Errorf("flag %s: host missing in %q", flagName, v)
+		return "", 0, fmt.Errorf("%s: host missing in %q", where, v)
 	}
 	return host, port, nil
 }
@@ -215,8 +302,8 @@ func splitHostPortFlag(flagName, v string) (string, int, error) {
 // nodeConfig is the node's configuration: the LAN preset with the flags applied, the
 // sample app as the session and its Actor kinds.
 func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) meshnode.Config {
-	meshHost, meshPort, _ := splitHostPortFlag("--mesh", c.meshAddr)
-	_, remotePort, _ := splitHostPortFlag("--remote", c.remoteAddr)
+	meshHost, meshPort, _ := splitHostPortFlag("flag --mesh", c.meshAddr)
+	_, remotePort, _ := splitHostPortFlag("flag --remote", c.remoteAddr)
 	nc := meshnode.DefaultLANConfig()
 	nc.NodeID = c.nodeID
 	nc.BindHost, nc.AdvertiseHost = meshHost, c.advertiseHost

@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runMembers(ctx, args[1:], stdout, stderr)
 		case "call":
 			return runCall(ctx, args[1:], stdout, stderr)
+		case "config":
+			return runConfig(ctx, args[1:], stdout, stderr)
 		case "sessions":
 			return runSessions(ctx, args[1:], stdout, stderr)
 		case "actors":

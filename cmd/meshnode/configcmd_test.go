@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// configLine returns the VALUE and SOURCE columns of name in meshnode config's table.
+func configLine(t *testing.T, table, name string) (string, string) {
+	t.Helper()
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == name {
+			if len(f) == 2 { // empty value
+				return "", f[1]
+			}
+			return f[1], strings.Join(f[2:], " ")
+		}
+	}
+	t.Fatalf("no %s in\n%s", name, table)
+	return "", ""
+}
+
+// Every flag can also come from MESHNODE_<NAME> and from a TOML file; precedence flag >
+// env > file > default, and meshnode config says where each value came from.
+func TestBinaryConfig_FlagEnvFilePrecedenceAndSources(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "meshnode.toml")
+	if err := os.WriteFile(file, []byte(`node-id = "from-file"
+max-relayed-requests = 64
+relay-timeout = "5s"
+join = ["127.0.0.1:7000", "127.0.0.1:7001"]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MESHNODE_MAX_RELAYED_REQUESTS", "32")
+	t.Setenv("MESHNODE_RELAY_TIMEOUT", "7s")
+	t.Setenv("MESHNODE_WS_ORIGIN", "a.example,b.example")
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"config", "--config", file, "--relay-timeout", "9s"}, &out, &errb); err != nil {
+		t.Fatalf("meshnode config: %v (%s)", err, errb.String())
+	}
+	table := out.String()
+	for _, tc := range []struct{ name, value, source string }{
+		{"node-id", "from-file", "file " + file},
+		{"join", "127.0.0.1:7000,127.0.0.1:7001", "file " + file},
+		{"max-relayed-requests", "32", "env MESHNODE_MAX_RELAYED_REQUESTS"},
+		{"ws-origin", "a.example,b.example", "env MESHNODE_WS_ORIGIN"},
+		{"relay-timeout", "9s", "flag"},
+		{"mesh-timing", "lan", "default"},
+	} {
+		if v, src := configLine(t, table, tc.name); v != tc.value || src != tc.source {
+			t.Errorf("%s = %q from %q, want %q from %q", tc.name, v, src, tc.value, tc.source)
+		}
+	}
+}
+
+// A bad key or value names the key and its source, and serve fails the same way.
+func TestBinaryConfig_BadKeyOrValueNamesItsSource(t *testing.T) {
+	dir := t.TempDir()
+	unknown := filepath.Join(dir, "unknown.toml")
+	badValue := filepath.Join(dir, "bad.toml")
+	_ = os.WriteFile(unknown, []byte("no-such-key = 1\n"), 0o600)
+	_ = os.WriteFile(badValue, []byte("mesh-timing = \"wan\"\n"), 0o600)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"unknown key in the file", nil, []string{"--config", unknown}, []string{unknown, `"no-such-key"`}},
+		{"bad value in the file", nil, []string{"--config", badValue}, []string{"config file " + badValue + " key mesh-timing", "wan"}},
+		{"bad value in the environment", map[string]string{"MESHNODE_MAX_CONNECTIONS": "lots"}, nil, []string{"MESHNODE_MAX_CONNECTIONS"}},
+		{"bad value in the environment, checked", map[string]string{"MESHNODE_FRAME_TIMEOUT": "0s"}, nil, []string{"environment variable MESHNODE_FRAME_TIMEOUT"}},
+		{"missing file", nil, []string{"--config", filepath.Join(dir, "absent.toml")}, []string{"absent.toml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			for _, cmd := range [][]string{append([]string{"config"}, tc.args...), append([]string{"serve"}, tc.args...)} {
+				var out, errb bytes.Buffer
+				err := run(context.Background(), cmd, &out, &errb)
+				if err == nil {
+					t.Fatalf("%v: no error", cmd)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%v: %q does not name %q", cmd, err, w)
+					}
+				}
+			}
+		})
+	}
+}
