@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,9 @@ type Config struct {
 	// DefaultPeerWindowBytes.
 	PeerWindowRecords int
 	PeerWindowBytes   int64
+	// DNSConfigPath is the resolv.conf whose name servers resolve seed names that are
+	// DNS names (default /etc/resolv.conf; the system resolver is the fallback).
+	DNSConfigPath string
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -231,6 +235,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mlc.Delegate = n.members
 	mlc.Events = n.members
 	mlc.Logger = mlLogger
+	if cfg.DNSConfigPath != "" {
+		mlc.DNSConfigPath = cfg.DNSConfigPath
+	}
 	list, err := memberlist.Create(mlc)
 	if err != nil {
 		n.members.stop()
@@ -247,10 +254,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.finish()
 		return nil, fmt.Errorf("mesh: start: %w", ctx.Err())
 	}
-	n.wg.Add(1)
-	go n.healLoop(max(4*mlc.ProbeInterval, time.Second))
 	if len(cfg.Join) > 0 {
-		if c, err := list.Join(cfg.Join); err != nil || c == 0 {
+		// A seed may be a DNS name: memberlist resolves it to every address (a
+		// Kubernetes headless service, a Consul name) and joins through each; the retry
+		// below resolves it again. A name that does not resolve at all is a mistake in
+		// the configuration, not a peer that is late: the start fails naming it.
+		c, err := list.Join(cfg.Join)
+		if c == 0 && err != nil {
+			if bad := unresolved(err, cfg.Join); len(bad) == len(cfg.Join) {
+				n.finish()
+				return nil, fault.Errorf(fault.NotConfigured, "mesh: join: %s does not resolve (Config.Join, --join): %v", strings.Join(bad, ", "), err)
+			}
+		}
+		if err != nil || c == 0 {
 			if err == nil {
 				err = errors.New("no seed answered")
 			}
@@ -261,6 +277,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}()
 		}
 	}
+	n.wg.Add(1)
+	go n.healLoop(max(4*mlc.ProbeInterval, time.Second))
 	return n, nil
 }
 
@@ -423,4 +441,15 @@ func (n *Node) failureBound() time.Duration {
 	maxMult := max(t.maxMult, 1)
 	suspicion := time.Duration(float64(maxMult*t.suspicionMult) * scale * float64(t.probe))
 	return suspicion + t.probe + t.probeTimeout
+}
+
+// unresolved returns the seeds a memberlist join error says did not resolve.
+func unresolved(err error, seeds []string) []string {
+	var out []string
+	for _, s := range seeds {
+		if strings.Contains(err.Error(), "failed to resolve "+s+":") {
+			out = append(out, s)
+		}
+	}
+	return out
 }

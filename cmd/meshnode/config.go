@@ -103,7 +103,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.StringVar(&cfg.nodeID, "node-id", "", "stable node RID (default: the advertised mesh address)")
 	fs.StringVar(&cfg.meshAddr, "mesh", defaultMesh, "gossip (memberlist) bind address host:port; port 0 = OS-assigned")
 	fs.StringVar(&cfg.remoteAddr, "remote", defaultRemote, "protoactor remote bind address host:port; same host as --mesh")
-	fs.Var(&raw.join, "join", "mesh address host:port of a node to join, repeatable")
+	fs.Var(&raw.join, "join", "mesh address host:port of a node to join, repeatable; a DNS name joins through every address it resolves to (resolved again while the join is retried; a name that does not resolve fails the start)")
 	fs.StringVar(&cfg.advertiseHost, "advertise-host", "", "host peers and clients use to reach this node (default: the bind host; required with 0.0.0.0)")
 	fs.StringVar(&raw.preset, "mesh-timing", "lan", "memberlist timing: lan (production), local (one host), test (fast, for tests)")
 	fs.IntVar(&cfg.maxConnections, "max-connections", session.DefaultMaxConnections(), "client connections held at once; past it new ones are refused cleanly (default: the open-files limit less a reserve; -1 = no limit)")
