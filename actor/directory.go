@@ -339,9 +339,6 @@ func (d *RendezvousDirectory) claim(ctx context.Context, kind, id string, expect
 		return applied, nil
 	}
 	req := &meshpb.ClaimRequest{Kind: kind, ActorId: id, Expected: fenceToPBPtr(expected), Next: fenceToPBPtr(next)}
-	if next == nil && expected != nil {
-		req.Kind = "$delete"
-	}
 	res, err := d.host.ask(ctx, holder, req)
 	if err != nil {
 		return false, err

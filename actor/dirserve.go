@@ -50,11 +50,9 @@ func (a *directoryActor) Receive(ctx proto.Context) {
 			return
 		}
 		if m.Kind == "$delete" {
+			// A release, one-way: the entry goes if it still names that activation.
 			if m.Expected != nil {
 				h.rdir.compareAndSet("", m.ActorId, fencePtrFromPB(m.Expected), nil)
-			}
-			if ctx.Sender() != nil {
-				ctx.Respond(&meshpb.ClaimResponse{Applied: true})
 			}
 			return
 		}

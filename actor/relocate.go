@@ -137,7 +137,9 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 	case <-sctx.Done():
 		// The activation stopped under the move, or its turn did not end in time.
 		c = moveCaptured{err: fault.Errorf(fault.Unavailable, "actor: seal of %s: %w", a.fence.Ref, sctx.Err())}
-		go h.abortMove(a, m)
+		// The seal is still queued behind a turn that has not ended: the abort follows
+		// it, on a task the host owns.
+		h.startOwned(func(context.Context) { h.abortMove(a, m) })
 	}
 	cancel()
 	if c.err != nil {
@@ -578,7 +580,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 	if err != nil {
 		h.movesFailed.Add(1)
 		h.log.Error("actor: location_update_failed: a moved Actor could not take over its directory entry; it is lost", "actor", arr.m.Target.Ref.String(), "err", err)
-		go h.rdir.released(s.act.kind, arr.m.Source)
+		h.rdir.released(s.act.kind, arr.m.Source) // one-way: never waits
 		if respond {
 			pctx.Respond(&meshpb.MoveReady{ErrorCode: fault.Code(err), ErrorMessage: err.Error()})
 		}

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshtest"
 )
@@ -114,11 +114,7 @@ func TestJoin_DNSNameResolvesToEveryAddressAndAgainOnRetry(t *testing.T) {
 
 func waitLive(t *testing.T, n, seed *mesh.Node) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !n.Membership().IsLive(seed.ID()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not join %s through the DNS name", n.ID(), seed.ID())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the view; the join retry runs on its own
-	}
+	testkit.Eventually(t, wait, n.ID().String()+" joins "+seed.ID().String()+" through the DNS name", func() bool {
+		return n.Membership().IsLive(seed.ID())
+	})
 }
