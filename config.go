@@ -40,6 +40,10 @@ type Config struct {
 	// yet acknowledged by it (0: mesh's defaults).
 	PeerWindowRecords int
 	PeerWindowBytes   int64
+	// NoRecordCoalescing sends each record toward a peer node as a message of its own
+	// instead of coalescing the records queued at the same moment into one (the fast
+	// path; off only to compare or to run the suites without it).
+	NoRecordCoalescing bool
 
 	// STREAM: clients connect here. Without Streams the node has no STREAM listener
 	// (a node that only hosts Actors).

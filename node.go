@@ -59,7 +59,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
 		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing,
 		PeerWindowRecords: cfg.PeerWindowRecords, PeerWindowBytes: cfg.PeerWindowBytes,
-		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider,
+		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, NoCoalescing: cfg.NoRecordCoalescing,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meshnode: mesh: %w", err)

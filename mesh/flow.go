@@ -52,10 +52,11 @@ const (
 	ackDelay = 5 * time.Millisecond
 )
 
-// inflightEntry is one unacknowledged envelope.
+// inflightEntry is one unacknowledged envelope: one record, or a coalesced batch.
 type inflightEntry struct {
-	seq   uint64
-	bytes int64
+	seq     uint64
+	records int
+	bytes   int64
 }
 
 // peerLink is the flow control with one peer lifecycle, both directions.
@@ -68,11 +69,12 @@ type peerLink struct {
 	nextSeq  uint64
 	inflight []inflightEntry // FIFO from head
 	head     int
-	records  int
-	bytes    int64
+	records  int   // unacknowledged: queued for coalescing and sent
+	bytes    int64 // their bytes
 	dead     bool
 	full     atomic.Bool // mirror of "no room for one more record", read lock-free
 	space    wake.Signal // notified when acknowledgements free room or the link dies
+	outbox   outbox      // records waiting for the next coalesced envelope (coalesce.go)
 
 	// From the peer.
 	recvSeq   atomic.Uint64 // highest envelope number that reached this node
@@ -92,6 +94,7 @@ type flow struct {
 	links atomic.Pointer[map[NodeID]*peerLink] // copy on write: read per record
 
 	waits, refused atomic.Int64 // sends that waited for room; sends that failed for lack of it
+	envelopes      atomic.Int64 // envelopes that carried records to peers
 }
 
 func newFlow(n *Node, maxRecords int, maxBytes int64) *flow {
@@ -115,7 +118,8 @@ func (f *flow) link(id NodeID) *peerLink {
 	if l := f.get(id); l != nil {
 		return l
 	}
-	if _, live := f.n.members.live(id); !live {
+	mem, live := f.n.members.live(id)
+	if !live {
 		return nil
 	}
 	f.mu.Lock()
@@ -125,6 +129,7 @@ func (f *flow) link(id NodeID) *peerLink {
 		return l
 	}
 	l := &peerLink{n: f.n, id: id}
+	l.outbox.link, l.outbox.pid = l, f.n.recordsPID(mem.RemoteAddr)
 	next := make(map[NodeID]*peerLink, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v
@@ -156,6 +161,7 @@ func (f *flow) drop(id NodeID) {
 	l.mu.Lock()
 	l.dead = true
 	l.inflight, l.head, l.records, l.bytes = nil, 0, 0, 0
+	l.outbox.clear()
 	l.mu.Unlock()
 	l.full.Store(false)
 	if l.ackTimer != nil {
@@ -171,14 +177,35 @@ func (f *flow) stop() {
 	}
 }
 
-// send numbers env, counts it against the peer's window and hands it to protoactor.
-// While the window is full it waits for room: not at all when maxWait is negative (a
-// full window fails at once with ErrBackpressure), as long as ctx lasts when maxWait
-// is 0, at most maxWait (and ctx) otherwise; the wait also ends when the peer departs
-// (fault.Unavailable) or the node stops.
+// send numbers env, counts it against the peer's window and hands it to protoactor
+// (the path of a record that is not coalesced). It waits for room as admit says.
 func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelope, maxWait time.Duration) error {
-	f := l.n.flow
 	size := envelopeSize(env)
+	if err := l.admit(ctx, size, maxWait); err != nil {
+		return err
+	}
+	l.nextSeq++
+	env.Seq = l.nextSeq
+	env.Ack = l.recvSeq.Load()
+	l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, records: 1, bytes: size})
+	// Sent under the lock: envelope numbers leave in order.
+	l.n.system.Root.Send(pid, env)
+	l.mu.Unlock()
+	l.n.flow.envelopes.Add(1)
+	if env.Ack > 0 {
+		l.acked(env.Ack)
+	}
+	return nil
+}
+
+// admit counts one record of size bytes against the peer's window and returns with
+// l.mu held; on error l.mu is not held. While the window is full it waits for room:
+// not at all when maxWait is negative (a full window fails at once with
+// ErrBackpressure), as long as ctx lasts when maxWait is 0, at most maxWait (and ctx)
+// otherwise; the wait also ends when the peer departs (fault.Unavailable) or the node
+// stops.
+func (l *peerLink) admit(ctx context.Context, size int64, maxWait time.Duration) error {
+	f := l.n.flow
 	var expired <-chan time.Time // made only when a send has to wait
 	waited := false
 	for {
@@ -188,19 +215,9 @@ func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelop
 			return fault.Errorf(fault.Unavailable, "mesh: %s departed", l.id)
 		}
 		if l.records == 0 || (l.records < f.maxRecords && l.bytes+size <= f.maxBytes) {
-			l.nextSeq++
-			env.Seq = l.nextSeq
-			env.Ack = l.recvSeq.Load()
-			l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, bytes: size})
 			l.records++
 			l.bytes += size
 			l.full.Store(l.records >= f.maxRecords || l.bytes >= f.maxBytes)
-			// Sent under the lock: envelope numbers leave in order.
-			l.n.system.Root.Send(pid, env)
-			l.mu.Unlock()
-			if env.Ack > 0 {
-				l.acked(env.Ack)
-			}
 			return nil
 		}
 		ch := l.space.Wait()
@@ -243,7 +260,7 @@ func (l *peerLink) onAck(seq uint64) {
 	for l.head < len(l.inflight) && l.inflight[l.head].seq <= seq {
 		e := l.inflight[l.head]
 		l.head++
-		l.records--
+		l.records -= e.records
 		l.bytes -= e.bytes
 		freed = true
 	}
@@ -330,8 +347,12 @@ func (l *peerLink) acked(seq uint64) {
 }
 
 func envelopeSize(env *meshpb.Envelope) int64 {
+	return framesSize(env.Frames) + int64(len(env.Batch))
+}
+
+func framesSize(frames [][]byte) int64 {
 	var n int64
-	for _, f := range env.Frames {
+	for _, f := range frames {
 		n += int64(len(f))
 	}
 	return n
@@ -345,7 +366,7 @@ func (n *Node) arrived(env *meshpb.Envelope) bool {
 			l.arrived(env)
 		}
 	}
-	return len(env.Frames) > 0
+	return len(env.Frames) > 0 || len(env.Batch) > 0
 }
 
 // peerBlocked: see Records.PeerBlocked.
@@ -369,6 +390,9 @@ type FlowStats struct {
 	UnackedBytes  int64 // their bytes
 	Waits         int64 // sends that waited for room
 	Backpressured int64 // sends that failed for lack of room
+	// Envelopes that carried records to peers: one per record without coalescing, one
+	// per batch of records queued at the same moment with it.
+	Envelopes int64
 }
 
 // flowStats: see Records.FlowStats.
@@ -386,5 +410,6 @@ func (n *Node) flowStats() FlowStats {
 	}
 	s.Waits = n.flow.waits.Load()
 	s.Backpressured = n.flow.refused.Load()
+	s.Envelopes = n.flow.envelopes.Load()
 	return s
 }

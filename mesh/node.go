@@ -75,6 +75,10 @@ type Config struct {
 	// DNSConfigPath is the resolv.conf whose name servers resolve seed names that are
 	// DNS names (default /etc/resolv.conf; the system resolver is the fallback).
 	DNSConfigPath string
+	// NoCoalescing sends every record toward a peer as a protoactor message of its own
+	// instead of coalescing the records queued at the same moment (coalesce.go): the
+	// switch that lets the suites run with the fast path off.
+	NoCoalescing bool
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -100,6 +104,10 @@ type Node struct {
 	meta     nodeMeta
 
 	flow *flow
+	// coalesce: records toward a peer are coalesced (Config.NoCoalescing off).
+	coalesce bool
+	// lastTarget: the local actor the last coalesced record was for (coalesce.go).
+	lastTarget atomic.Pointer[targetPID]
 
 	timing timing // memberlist's failure-detection settings, for FailureBound
 
@@ -143,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	n.membershipView.n, n.recordsView.n = n, n
 	n.flow = newFlow(n, cfg.PeerWindowRecords, cfg.PeerWindowBytes)
+	n.coalesce = !cfg.NoCoalescing
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error

@@ -76,8 +76,14 @@ type recordsMailbox struct {
 }
 
 func (m recordsMailbox) PostUserMessage(msg any) {
-	if env, ok := msg.(*meshpb.Envelope); ok && !m.n.arrived(env) {
-		return // an acknowledgement only: nothing to dispatch
+	if env, ok := msg.(*meshpb.Envelope); ok {
+		if !m.n.arrived(env) {
+			return // an acknowledgement only: nothing to dispatch
+		}
+		if len(env.Batch) > 0 {
+			m.n.fanOut(env, m.Mailbox)
+			return
+		}
 	}
 	m.Mailbox.PostUserMessage(msg)
 }
@@ -145,15 +151,34 @@ func (n *Node) onDeadLetter(evt any) {
 	if me, ok := msg.(*actor.MessageEnvelope); ok {
 		msg = me.Message
 	}
-	if env, ok := msg.(*meshpb.Envelope); ok {
-		if !n.arrived(env) {
+	switch m := msg.(type) {
+	case *meshpb.Envelope:
+		if !n.arrived(m) {
 			return
 		}
-		if fn := n.undeliverable.Load(); fn != nil && dl.PID != nil && (*fn)(env, dl.PID.Id) {
+		if len(m.Batch) > 0 {
+			// A coalesced envelope that never reached the record receiver: each record
+			// is a dead letter for the actor it names.
+			n.deadBatch(m)
 			return
 		}
-		n.drop(DropStaleTarget, NodeID{RID: env.FromRid, Generation: env.FromGeneration}, "addressed to an actor that is not active", nil)
+		name := ""
+		if dl.PID != nil {
+			name = dl.PID.Id
+		}
+		n.deadEnvelope(m, name)
+	case *outbox:
+		m.undelivered()
 	}
+}
+
+// deadEnvelope handles a one-record envelope for the actor named actorName that is not
+// active: the undeliverable hook (Message Follow) or a drop.
+func (n *Node) deadEnvelope(env *meshpb.Envelope, actorName string) {
+	if fn := n.undeliverable.Load(); fn != nil && actorName != "" && (*fn)(env, actorName) {
+		return
+	}
+	n.drop(DropStaleTarget, NodeID{RID: env.FromRid, Generation: env.FromGeneration}, "addressed to an actor that is not active", nil)
 }
 
 // onUndeliverable: see Records.OnUndeliverable.
@@ -205,6 +230,26 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	mem, ok := n.members.live(to)
 	if !ok {
 		return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
+	}
+	if to != n.id && n.coalesce && (pid == nil || (pid.RequestId == 0 && pid.Address == mem.RemoteAddr)) {
+		l := n.flow.link(to)
+		if l == nil {
+			return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
+		}
+		target := ""
+		if pid != nil {
+			target = pid.Id
+		}
+		if err := l.enqueue(ctx, target, rec, maxWait); err != nil {
+			var werr *wire.Error
+			if errors.As(err, &werr) {
+				return fmt.Errorf("mesh: encode %s record: %w", rec.Command(), err)
+			}
+			return err
+		}
+		n.metrics.record(rec.Command(), Outbound)
+		n.tap(TapRecord{Direction: Outbound, Command: rec.Command(), From: n.id, To: to})
+		return nil
 	}
 	frames, err := wire.Encode(rec)
 	if err != nil {
@@ -358,6 +403,11 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 	if err != nil {
 		return nil, err
 	}
+	envelopes, err := mm.Int64ObservableCounter("meshnode.mesh.envelopes", metric.WithUnit("{envelope}"),
+		metric.WithDescription("Envelopes that carried records to peers; with coalescing one carries every record queued toward its peer at the same moment."))
+	if err != nil {
+		return nil, err
+	}
 	suspected, err := mm.Int64ObservableCounter("meshnode.mesh.suspicions", metric.WithUnit("{suspicion}"),
 		metric.WithDescription("Peers this node declared suspect (no ack to a probe)."))
 	if err != nil {
@@ -377,6 +427,7 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 		o.ObserveInt64(unackedBytes, fs.UnackedBytes)
 		o.ObserveInt64(fullPeers, int64(fs.FullPeers))
 		o.ObserveInt64(waits, fs.Waits)
+		o.ObserveInt64(envelopes, fs.Envelopes)
 		for cmd := range m.byCmd {
 			for d := range dirs {
 				if v := m.byCmd[cmd][d].Load(); v > 0 {
@@ -386,7 +437,7 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 			}
 		}
 		return nil
-	}, records, unacked, unackedBytes, fullPeers, waits, suspected, refuted)
+	}, records, unacked, unackedBytes, fullPeers, waits, envelopes, suspected, refuted)
 	if err != nil {
 		return nil, err
 	}

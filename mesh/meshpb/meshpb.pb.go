@@ -48,7 +48,15 @@ type Envelope struct {
 	Seq uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The highest envelope number of the flow from receiver to sender that reached the
 	// sender; 0: none.
-	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
+	Ack uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
+	// Coalesced records (mesh/coalesce.go): the records toward this node that were
+	// queued at the same moment, in order, each with the name of the actor it is for.
+	// An envelope carries either frames (one record) or batch, never both; it is
+	// addressed to the node's record receiver, which hands each record to its actor.
+	// Each record: uvarint target name length, the name (empty: the record receiver),
+	// u8 frame count (1..3), three u32 big-endian frame lengths (unused ones 0), then
+	// the frames' bytes.
+	Batch         []byte `protobuf:"bytes,8,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -130,6 +138,13 @@ func (x *Envelope) GetAck() uint64 {
 		return x.Ack
 	}
 	return 0
+}
+
+func (x *Envelope) GetBatch() []byte {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
 }
 
 // LookupRequest asks a node's directory where an Actor lives, activating it there on
@@ -1364,7 +1379,7 @@ var File_mesh_meshpb_meshpb_proto protoreflect.FileDescriptor
 
 const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\n" +
-	"\x18mesh/meshpb/meshpb.proto\x12\rmeshnode.mesh\"\xc6\x01\n" +
+	"\x18mesh/meshpb/meshpb.proto\x12\rmeshnode.mesh\"\xdc\x01\n" +
 	"\bEnvelope\x12\x19\n" +
 	"\bfrom_rid\x18\x01 \x01(\tR\afromRid\x12'\n" +
 	"\x0ffrom_generation\x18\x02 \x01(\x04R\x0efromGeneration\x12\x15\n" +
@@ -1372,7 +1387,8 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\rto_generation\x18\x04 \x01(\x04R\ftoGeneration\x12\x16\n" +
 	"\x06frames\x18\x05 \x03(\fR\x06frames\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03ack\x18\a \x01(\x04R\x03ack\"\xee\x01\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack\x12\x14\n" +
+	"\x05batch\x18\b \x01(\fR\x05batch\"\xee\x01\n" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
 	"\bactor_id\x18\x02 \x01(\tR\aactorId\x12\x19\n" +

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -110,6 +111,9 @@ func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
 	cfg.Logger = c.opts.Logger.With("node", i)
 	cfg.NodeID, cfg.MeshPort, cfg.RemotePort = rid, meshPort, remotePort
 	cfg.PeerWindowRecords, cfg.PeerWindowBytes = c.opts.PeerWindowRecords, c.opts.PeerWindowBytes
+	// MESHNODE_TEST_FAST_PATHS=off runs a suite with the fast paths off (make test runs
+	// the contract suites both ways): here, record coalescing between nodes.
+	cfg.NoRecordCoalescing = os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off"
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}

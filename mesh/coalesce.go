@@ -1,0 +1,327 @@
+package mesh
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/protoactor/remote"
+	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/mesh/wire"
+)
+
+// Coalescing: records toward one peer that are queued at the same moment travel in
+// one envelope.
+//
+// protoactor-go remote pays per message: an envelope object, a type-name and target
+// lookup and a protobuf marshal on the sending side; an unmarshal (one allocation per
+// bytes field), a registry lookup and a mailbox post on the receiving one. A record is
+// small, so that cost is most of a record's. So a record toward a peer does not become
+// a protoactor message of its own: it is encoded into the link's outbox, and the first
+// record of an empty outbox posts a placeholder (the outbox itself) to protoactor's
+// endpoint writer for the peer. The writer turns the placeholder into an Envelope only
+// when it is about to send it (remote.RootSerializable), taking every record queued
+// until then, in order. A lone record goes at once (no timer: the placeholder is in
+// the writer's queue as soon as the record is); under load, records queue while the
+// writer sends the previous batch, and the next envelope carries them all.
+//
+// The batch is addressed to the peer's record receiver, which hands each record to
+// the actor it names (an Actor activation, or itself) in order, as a one-record
+// envelope whose frames point into the batch: from there a record takes the path it
+// always took (Accept, the record tap, the per-command counters, dead letters and
+// Message Follow for an activation that is gone). Flow control counts records, not
+// envelopes: each record is counted when it is queued; the batch gets one envelope
+// number and is released as a whole by the peer's acknowledgement.
+
+// Bounds of one coalesced envelope: gRPC refuses messages over 4 MiB, and a huge
+// batch would delay the first record in it.
+const (
+	maxBatchRecords = 1024
+	maxBatchBytes   = 1 << 20
+	// placeholderStale: a placeholder that protoactor has not turned into an envelope
+	// after this long is taken as lost (an endpoint writer that stopped drops what is
+	// in its queue), and the next record posts another one. A late one that still
+	// arrives sends what is queued then, or only an acknowledgement.
+	placeholderStale = 500 * time.Millisecond
+	// batchHeader is a record's header in a batch after its target name: the frame
+	// count and three frame lengths.
+	batchHeader = 1 + 3*4
+)
+
+// batchBuf is one envelope's worth of encoded records.
+type batchBuf struct {
+	data    []byte
+	records int
+	bytes   int64 // the records' frame bytes, as the window counts them
+}
+
+// outbox is a link's records waiting for the next envelope, and the placeholder
+// protoactor turns into that envelope. Its fields are guarded by link.mu.
+type outbox struct {
+	link     *peerLink
+	pid      *actor.PID // the peer's record receiver
+	cur      batchBuf   // filling
+	sealed   []batchBuf // full, waiting in order before cur
+	lastSize int        // the last batch's size: the next buffer's capacity
+	posted   bool       // a placeholder is in the endpoint writer's queue
+	postedAt time.Time  // when it was posted
+}
+
+// encodeScratch holds a record's frames between encoding and queueing: the encoding
+// needs no lock, and the window admits a record by its size.
+type encodeScratch struct {
+	buf    []byte
+	frames [][]byte
+}
+
+var encodePool = sync.Pool{New: func() any {
+	return &encodeScratch{buf: make([]byte, 0, 1024), frames: make([][]byte, 0, 3)}
+}}
+
+// enqueue encodes rec, counts it against the peer's window (waiting as admit says)
+// and queues it for the next envelope toward the peer, for the actor named target
+// there ("" for the record receiver).
+func (l *peerLink) enqueue(ctx context.Context, target string, rec *wire.Record, maxWait time.Duration) error {
+	sc := encodePool.Get().(*encodeScratch)
+	defer func() {
+		if cap(sc.buf) <= 64<<10 { // do not pin the buffer of one huge payload
+			clear(sc.frames[:cap(sc.frames)])
+			sc.buf, sc.frames = sc.buf[:0], sc.frames[:0]
+			encodePool.Put(sc)
+		}
+	}()
+	var err error
+	sc.buf, sc.frames, err = wire.AppendFrames(sc.buf[:0], sc.frames[:0], rec)
+	if err != nil {
+		return err
+	}
+	size := framesSize(sc.frames)
+	if err := l.admit(ctx, size, maxWait); err != nil {
+		return err
+	}
+	o := &l.outbox
+	o.append(target, sc.frames, size)
+	if !o.posted || time.Since(o.postedAt) > placeholderStale {
+		o.post()
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// append encodes one record into the filling batch (under link.mu).
+func (o *outbox) append(target string, frames [][]byte, size int64) {
+	need := binary.MaxVarintLen64 + len(target) + batchHeader + int(size)
+	if o.cur.records > 0 && (o.cur.records >= maxBatchRecords || len(o.cur.data)+need > maxBatchBytes) {
+		o.sealed = append(o.sealed, o.cur)
+		o.cur = batchBuf{}
+	}
+	if o.cur.data == nil {
+		o.cur.data = make([]byte, 0, max(need, min(o.lastSize, maxBatchBytes)))
+	}
+	o.cur.data = appendBatchRecord(o.cur.data, target, frames)
+	o.cur.records++
+	o.cur.bytes += size
+}
+
+// appendBatchRecord appends one record of a batch (the format is in meshpb.proto):
+// its target name and 1 to 3 frames.
+func appendBatchRecord(b []byte, target string, frames [][]byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(target)))
+	b = append(b, target...)
+	b = append(b, byte(len(frames)))
+	for i := range 3 {
+		var n uint32
+		if i < len(frames) {
+			n = uint32(len(frames[i]))
+		}
+		b = binary.BigEndian.AppendUint32(b, n)
+	}
+	for _, f := range frames {
+		b = append(b, f...)
+	}
+	return b
+}
+
+// post hands the placeholder to protoactor (under link.mu).
+func (o *outbox) post() {
+	o.posted, o.postedAt = true, time.Now()
+	o.link.n.system.Root.Send(o.pid, o)
+}
+
+// clear forgets every queued record (under link.mu; the link died).
+func (o *outbox) clear() {
+	o.cur, o.sealed = batchBuf{}, nil
+}
+
+// Serialize is called by protoactor's endpoint writer when it is about to send the
+// placeholder: the records queued until now become one envelope. Records beyond one
+// envelope's bounds stay queued, and a new placeholder is posted for them.
+func (o *outbox) Serialize() (remote.RootSerialized, error) {
+	return o.take(), nil
+}
+
+// take makes the next envelope from the queue: a numbered batch, or an
+// acknowledgement only when nothing is queued.
+func (o *outbox) take() *meshpb.Envelope {
+	l := o.link
+	n := l.n
+	env := &meshpb.Envelope{FromRid: n.id.RID, FromGeneration: n.id.Generation, ToRid: l.id.RID, ToGeneration: l.id.Generation}
+	l.mu.Lock()
+	var b batchBuf
+	if len(o.sealed) > 0 {
+		b = o.sealed[0]
+		o.sealed[0] = batchBuf{}
+		o.sealed = o.sealed[1:]
+	} else {
+		b, o.cur = o.cur, batchBuf{}
+	}
+	if b.records > 0 {
+		o.lastSize = len(b.data)
+		env.Batch = b.data
+		l.nextSeq++
+		env.Seq = l.nextSeq
+		l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, records: b.records, bytes: b.bytes})
+		n.flow.envelopes.Add(1)
+	}
+	env.Ack = l.recvSeq.Load()
+	if len(o.sealed) > 0 || o.cur.records > 0 {
+		o.post()
+	} else {
+		o.posted = false
+	}
+	l.mu.Unlock()
+	if env.Ack > 0 {
+		l.acked(env.Ack)
+	}
+	return env
+}
+
+// undelivered handles a placeholder that protoactor could not send (no connection
+// to the peer): its records are numbered as if sent, so that the peer's next
+// acknowledgement releases them, and each is reported as a dead letter.
+func (o *outbox) undelivered() {
+	env := o.take()
+	if len(env.Batch) > 0 {
+		o.link.n.deadBatch(env)
+	}
+}
+
+var errBadBatch = errors.New("mesh: malformed coalesced envelope")
+
+// batchRecord is one record of a batch as decoded: subslices of the batch.
+type batchRecord struct {
+	target []byte
+	frames [3][]byte
+	nframe int
+}
+
+// walkBatch decodes a batch, calling fn for each record in order (fn may be nil: a
+// validating pass). It returns the record and frame counts, or errBadBatch for a
+// batch that is not exactly a sequence of well-formed records.
+func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err error) {
+	var r batchRecord
+	for len(b) > 0 {
+		tl, n := binary.Uvarint(b)
+		if n <= 0 || tl > uint64(len(b)-n) {
+			return 0, 0, errBadBatch
+		}
+		b = b[n:]
+		r.target, b = b[:tl], b[tl:]
+		if len(b) < batchHeader {
+			return 0, 0, errBadBatch
+		}
+		r.nframe = int(b[0])
+		if r.nframe < 1 || r.nframe > 3 {
+			return 0, 0, errBadBatch
+		}
+		lens := b[1:batchHeader]
+		b = b[batchHeader:]
+		for i := range 3 {
+			fl := binary.BigEndian.Uint32(lens[4*i:])
+			if i >= r.nframe {
+				if fl != 0 {
+					return 0, 0, errBadBatch
+				}
+				r.frames[i] = nil
+				continue
+			}
+			if uint64(fl) > uint64(len(b)) {
+				return 0, 0, errBadBatch
+			}
+			r.frames[i], b = b[:fl:fl], b[fl:]
+		}
+		records++
+		frames += r.nframe
+		if fn != nil {
+			fn(&r)
+		}
+	}
+	if records == 0 {
+		return 0, 0, errBadBatch
+	}
+	return records, frames, nil
+}
+
+// targetPID is the last local actor a batch record was for: consecutive records for
+// one actor (a busy Actor) reuse its PID, which caches the process it resolves to.
+type targetPID struct {
+	name string
+	pid  *actor.PID
+}
+
+// fanOut hands each record of a coalesced envelope to the actor it names, in order,
+// as a one-record envelope; records for the record receiver itself go into its
+// mailbox (mb). A malformed batch is dropped whole, before any record is handed on.
+func (n *Node) fanOut(env *meshpb.Envelope, mb actor.Mailbox) {
+	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
+	records, frames, err := walkBatch(env.Batch, nil)
+	if err != nil {
+		n.drop(DropDecodeError, from, "malformed coalesced envelope", err)
+		return
+	}
+	subs := make([]meshpb.Envelope, records)
+	slab := make([][]byte, frames)
+	i := 0
+	_, _, _ = walkBatch(env.Batch, func(r *batchRecord) {
+		sub := &subs[i]
+		i++
+		sub.FromRid, sub.FromGeneration, sub.ToRid, sub.ToGeneration = env.FromRid, env.FromGeneration, env.ToRid, env.ToGeneration
+		k := copy(slab, r.frames[:r.nframe])
+		sub.Frames, slab = slab[:k:k], slab[k:]
+		if len(r.target) == 0 {
+			mb.PostUserMessage(sub)
+			return
+		}
+		n.system.Root.Send(n.localPID(r.target), sub)
+	})
+}
+
+// localPID returns the PID of the local actor named name, reusing the last one.
+func (n *Node) localPID(name []byte) *actor.PID {
+	if t := n.lastTarget.Load(); t != nil && t.name == string(name) {
+		return t.pid
+	}
+	t := &targetPID{name: string(name)}
+	t.pid = actor.NewPID(n.system.Address(), t.name)
+	n.lastTarget.Store(t)
+	return t.pid
+}
+
+// deadBatch reports each record of a coalesced envelope that never reached its
+// peer's record receiver as a dead letter for the actor it names.
+func (n *Node) deadBatch(env *meshpb.Envelope) {
+	_, _, err := walkBatch(env.Batch, func(r *batchRecord) {
+		name := string(r.target)
+		if name == "" {
+			name = recordsActorName
+		}
+		n.deadEnvelope(&meshpb.Envelope{FromRid: env.FromRid, FromGeneration: env.FromGeneration,
+			ToRid: env.ToRid, ToGeneration: env.ToGeneration, Frames: append([][]byte(nil), r.frames[:r.nframe]...)}, name)
+	})
+	if err != nil {
+		n.drop(DropDecodeError, NodeID{RID: env.FromRid, Generation: env.FromGeneration}, "malformed coalesced envelope", err)
+	}
+}
