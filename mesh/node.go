@@ -75,6 +75,11 @@ type Config struct {
 	// DNSConfigPath is the resolv.conf whose name servers resolve seed names that are
 	// DNS names (default /etc/resolv.conf; the system resolver is the fallback).
 	DNSConfigPath string
+	// AdminAddr is this node's admin HTTP host:port, gossiped to the other members (as
+	// Member.AdminAddr) so that one node's operator dashboard can read every member's
+	// figures. Empty: none is gossiped. Peers must be able to dial it: not a wildcard
+	// host.
+	AdminAddr string
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -214,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
 	}
 
-	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost}
+	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost, AdminAddr: cfg.AdminAddr}
 	meta, err := n.meta.encode()
 	if err != nil {
 		n.shutdownTransport()
