@@ -42,6 +42,9 @@ const (
 	fleetPeerTimeout = 1500 * time.Millisecond
 	// fleetParallel bounds the requests to members in flight at once.
 	fleetParallel = 8
+	// fleetDeadline bounds one fleet answer, however many members there are: members
+	// not asked by then get their errors at once.
+	fleetDeadline = 5 * time.Second
 	// maxPeerAnswer bounds the bytes read from one member's answer.
 	maxPeerAnswer = 4 << 20
 )
@@ -406,9 +409,11 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 }
 
 // fanOut runs fn(ctx, i) for i in [0, n), at most fleetParallel at once, each with a
-// context bounded by fleetPeerTimeout, and returns when every call has returned: the
+// context bounded by fleetPeerTimeout and all by fleetDeadline, and returns when every call has returned: the
 // calling handler owns the goroutines.
 func (d *dashboard) fanOut(ctx context.Context, n int, fn func(ctx context.Context, i int)) {
+	ctx, cancel := context.WithTimeout(ctx, fleetDeadline)
+	defer cancel()
 	sem := make(chan struct{}, fleetParallel)
 	var wg sync.WaitGroup
 	for i := range n {
