@@ -34,6 +34,11 @@ type Config struct {
 	RemotePort int
 	// Join lists mesh addresses (host:port) of nodes to join; retried with backoff.
 	Join []string
+	// AdminAddr is the host:port of this node's admin HTTP server, if it has one,
+	// gossiped to the other members (mesh.Member.AdminAddr) so that any node's operator
+	// dashboard can read every member's figures. It must be dialable by peers (not a
+	// wildcard host). Empty: none is gossiped.
+	AdminAddr string
 	// Timing is memberlist's timing: mesh.PresetLAN (default), PresetLocal, PresetTest.
 	Timing mesh.Preset
 	// PeerWindowRecords and PeerWindowBytes bound the records toward one peer node not

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Workiva/go-datastructures v1.1.3
 	github.com/asynkron/gofun v0.0.0-20220329210725-34fed760f4c2
+	github.com/chromedp/chromedp v0.23.0
 	github.com/coder/websocket v1.8.15
 	github.com/emirpasic/gods v1.18.1
 	github.com/gogo/protobuf v1.3.2
@@ -33,6 +34,8 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/protobuf v1.5.3 // indirect

@@ -30,7 +30,10 @@ type Member struct {
 	MeshAddr      string // memberlist host:port
 	RemoteAddr    string // protoactor remote host:port
 	AdvertiseHost string
-	State         MemberState
+	// AdminAddr is the member's admin HTTP host:port (Config.AdminAddr); empty when it
+	// gossips none.
+	AdminAddr string
+	State     MemberState
 }
 
 // EventType says what happened to a member.
@@ -193,6 +196,7 @@ func (m *membership) apply(ev rawEvent) {
 		MeshAddr:      ev.node.Address(),
 		RemoteAddr:    meta.RemoteAddr,
 		AdvertiseHost: meta.AdvertiseHost,
+		AdminAddr:     meta.AdminAddr,
 		State:         StateAlive,
 	}
 	old := m.table.Load()
@@ -201,7 +205,7 @@ func (m *membership) apply(ev rawEvent) {
 	switch ev.kind {
 	case rawJoin, rawUpdate:
 		if had && prev.ID.Generation == mem.ID.Generation && prev.State == StateAlive {
-			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr {
+			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr && prev.AdminAddr == mem.AdminAddr {
 				return // nothing we track changed
 			}
 		} else {

@@ -6,8 +6,13 @@ import (
 	"fmt"
 )
 
-// metaVersion is the first byte of the gossiped node metadata.
-const metaVersion = 1
+// Versions of the gossiped node metadata (its first byte). Version 2 appends the admin
+// address; a node writes version 1 when it has none, byte for byte what nodes without
+// version 2 write and read, and reads both.
+const (
+	metaVersion1 = 1
+	metaVersion2 = 2
+)
 
 // maxMetaSize is memberlist's limit on node metadata (it panics above it).
 const maxMetaSize = 512
@@ -21,6 +26,9 @@ type nodeMeta struct {
 	Generation    uint64
 	RemoteAddr    string // protoactor remote host:port
 	AdvertiseHost string
+	// AdminAddr is the node's admin HTTP host:port (Config.AdminAddr), empty when it has
+	// none; an operator dashboard reads every member's figures there.
+	AdminAddr string
 	// Leaving is gossiped just before a graceful leave: memberlist reports a leave and
 	// a death through the same callback, so this is how peers tell them apart.
 	Leaving bool
@@ -29,19 +37,27 @@ type nodeMeta struct {
 const metaFlagLeaving = 0x01
 
 func (m nodeMeta) encode() ([]byte, error) {
-	for _, s := range []string{m.RID, m.RemoteAddr, m.AdvertiseHost} {
+	fields := []string{m.RID, m.RemoteAddr, m.AdvertiseHost}
+	version := byte(metaVersion1)
+	if m.AdminAddr != "" {
+		version = metaVersion2
+		fields = append(fields, m.AdminAddr)
+	}
+	size := 2 + 8
+	for _, s := range fields {
 		if len(s) > 255 {
 			return nil, fmt.Errorf("mesh: node metadata field over 255 bytes: %q", s)
 		}
+		size += 1 + len(s)
 	}
-	b := make([]byte, 0, 2+8+3+len(m.RID)+len(m.RemoteAddr)+len(m.AdvertiseHost))
+	b := make([]byte, 0, size)
 	var flags byte
 	if m.Leaving {
 		flags |= metaFlagLeaving
 	}
-	b = append(b, metaVersion, flags)
+	b = append(b, version, flags)
 	b = binary.BigEndian.AppendUint64(b, m.Generation)
-	for _, s := range []string{m.RID, m.RemoteAddr, m.AdvertiseHost} {
+	for _, s := range fields {
 		b = append(b, byte(len(s)))
 		b = append(b, s...)
 	}
@@ -53,13 +69,16 @@ func (m nodeMeta) encode() ([]byte, error) {
 
 func decodeMeta(b []byte) (nodeMeta, error) {
 	var m nodeMeta
-	if len(b) < 10 || b[0] != metaVersion || b[1]&^metaFlagLeaving != 0 {
+	if len(b) < 10 || (b[0] != metaVersion1 && b[0] != metaVersion2) || b[1]&^metaFlagLeaving != 0 {
 		return m, errBadMeta
 	}
 	m.Leaving = b[1]&metaFlagLeaving != 0
 	m.Generation = binary.BigEndian.Uint64(b[2:10])
 	rest := b[10:]
 	fields := []*string{&m.RID, &m.RemoteAddr, &m.AdvertiseHost}
+	if b[0] == metaVersion2 {
+		fields = append(fields, &m.AdminAddr)
+	}
 	for _, f := range fields {
 		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
 			return m, errBadMeta

@@ -79,6 +79,11 @@ type Config struct {
 	// instead of coalescing the records queued at the same moment (coalesce.go): the
 	// switch that lets the suites run with the fast path off.
 	NoCoalescing bool
+	// AdminAddr is this node's admin HTTP host:port, gossiped to the other members (as
+	// Member.AdminAddr) so that one node's operator dashboard can read every member's
+	// figures. Empty: none is gossiped. Peers must be able to dial it: not a wildcard
+	// host.
+	AdminAddr string
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -223,7 +228,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
 	}
 
-	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost}
+	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost, AdminAddr: cfg.AdminAddr}
 	meta, err := n.meta.encode()
 	if err != nil {
 		n.shutdownTransport()

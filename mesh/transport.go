@@ -365,7 +365,7 @@ func (d *dropLogger) log(log interface {
 type meshMetrics struct {
 	byCmd [256][2]atomic.Int64 // command x direction (0 in, 1 out)
 	drops metric.Int64Counter
-	attrs sync.Map // drop reason -> metric.AddOption
+	attrs sync.Map // drop reason -> *dropReason
 	reg   metric.Registration
 }
 
@@ -458,10 +458,19 @@ func (m *meshMetrics) record(cmd wire.Command, dir Direction) {
 	m.byCmd[cmd][d].Add(1)
 }
 
+// dropReason is one drop reason's metric attribute and its count, kept as a plain
+// number too so that Records.Counts can read it without a metric reader.
+type dropReason struct {
+	opt metric.AddOption
+	n   atomic.Int64
+}
+
 func (m *meshMetrics) dropped(reason string) {
 	v, ok := m.attrs.Load(reason)
 	if !ok {
-		v, _ = m.attrs.LoadOrStore(reason, metric.WithAttributes(attribute.String("reason", reason)))
+		v, _ = m.attrs.LoadOrStore(reason, &dropReason{opt: metric.WithAttributes(attribute.String("reason", reason))})
 	}
-	m.drops.Add(context.Background(), 1, v.(metric.AddOption))
+	d := v.(*dropReason)
+	d.n.Add(1)
+	m.drops.Add(context.Background(), 1, d.opt)
 }

@@ -162,3 +162,8 @@ func (r *Records) FlowStats() FlowStats { return r.n.flowStats() }
 
 // SetTap installs fn to see every record crossing this node's boundary (nil removes).
 func (r *Records) SetTap(fn func(TapRecord)) { r.n.setTap(fn) }
+
+// Known returns every member this node knows, itself included, sorted by RID, in the
+// state gossip last reported, without probing any (Members probes every live member:
+// too much for a page polled every second).
+func (m *Membership) Known() []Member { return m.n.members.members() }

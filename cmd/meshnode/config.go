@@ -94,7 +94,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.StringVar(&cfg.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; when set, TLS clients must present a certificate it signed")
 	fs.Int64Var(&cfg.maxMessageSize, "max-message-size", session.DefaultMaxMessageSize, "inbound cap on header+payload bytes; 0 = no cap")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 0, "close sessions idle this long (0 = never)")
-	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving /metrics, /healthz, /readyz (empty = off)")
+	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving the dashboard at /, the JSON admin API, /metrics, /healthz, /readyz (empty = off)")
 	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
 	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as `meshnode drain` does)")

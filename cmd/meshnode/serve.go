@@ -36,8 +36,22 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = meters.Shutdown(context.Background()) }()
 
-	node, err := meshnode.Start(ctx, cfg.nodeConfig(log, meters))
+	// The admin listener opens before the node starts: with port 0 its real port is
+	// part of the address the node gossips (the dashboard of any member reads this
+	// node's figures there).
+	var adminLn net.Listener
+	nodeCfg := cfg.nodeConfig(log, meters)
+	if cfg.admin != "" {
+		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
+			return fmt.Errorf("flag --admin: %w", err)
+		}
+		nodeCfg.AdminAddr = advertisedAdmin(adminLn.Addr(), cfg)
+	}
+	node, err := meshnode.Start(ctx, nodeCfg)
 	if err != nil {
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
 		return err
 	}
 	id := node.Mesh().ID()
@@ -54,16 +68,11 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	var admin *http.Server
 	var adminDone chan error
-	if cfg.admin != "" {
-		ln, err := net.Listen("tcp", cfg.admin)
-		if err != nil {
-			_ = node.Close()
-			return fmt.Errorf("flag --admin: %w", err)
-		}
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain), ReadHeaderTimeout: 5 * time.Second}
+	if adminLn != nil {
+		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
-		go func() { adminDone <- admin.Serve(ln) }()
-		fmt.Fprintf(stdout, "meshnode: admin http://%s (/metrics /healthz /readyz)\n", ln.Addr())
+		go func() { adminDone <- admin.Serve(adminLn) }()
+		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
 	}
 	stopAdmin := func() {
 		if admin == nil {
@@ -117,10 +126,27 @@ type memberJSON struct {
 	State      string `json:"state"`
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool) *http.ServeMux {
+// advertisedAdmin is the admin address peers use: the listener's, with the advertised
+// host (else the mesh host) in place of a wildcard host.
+func advertisedAdmin(addr net.Addr, cfg serveConfig) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = cfg.advertiseHost
+		if host == "" {
+			host, _, _ = net.SplitHostPort(cfg.meshAddr)
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
 	mux := http.NewServeMux()
 	adminActors(mux, node, drain)
 	adminSessions(mux, node)
+	adminDashboard(mux, node, self)
 	if withPprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.

@@ -61,7 +61,7 @@ func pageParams(r *http.Request) (session.RoutingID, int, error) {
 	q := r.URL.Query()
 	var after uint64
 	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
+		n, err := strconv.ParseUint(v, 10, 32) // a RoutingID is 32 bits: a larger after= must not wrap
 		if err != nil {
 			return 0, 0, fault.Errorf(fault.InvalidOperation, "after=%q is not a session id", v)
 		}
