@@ -34,7 +34,7 @@ build:
 test: chromium
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /test/abuse)
-	MESHNODE_TEST_FAST_PATHS=off $(GO) test -race -count=1 -timeout 10m ./session/connector ./test/stream
+	MESHNODE_TEST_FAST_PATHS=off $(GO) test -race -count=1 -timeout 10m ./session/connector ./test/stream ./mesh ./test/binding
 	$(MAKE) --no-print-directory bench-once
 	$(GO) test -race -count=1 -timeout 10m ./test/abuse
 

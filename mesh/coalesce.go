@@ -43,7 +43,7 @@ const (
 	maxBatchBytes   = 1 << 20
 	// placeholderStale: a placeholder that protoactor has not turned into an envelope
 	// after this long is taken as lost (an endpoint writer that stopped drops what is
-	// in its queue), and the next record posts another one. A late one that still
+	// in its queue), and the node's sweep posts another one. A late one that still
 	// arrives sends what is queued then, or only an acknowledgement.
 	placeholderStale = 500 * time.Millisecond
 	// batchHeader is a record's header in a batch after its target name: the frame
@@ -104,11 +104,40 @@ func (l *peerLink) enqueue(ctx context.Context, target string, rec *wire.Record,
 	}
 	o := &l.outbox
 	o.append(target, sc.frames, size)
-	if !o.posted || time.Since(o.postedAt) > placeholderStale {
+	if !o.posted {
 		o.post()
 	}
 	l.mu.Unlock()
 	return nil
+}
+
+// repostStale posts the placeholder again when the one posted has not been turned
+// into an envelope for placeholderStale (see there); the node's sweep calls it.
+func (l *peerLink) repostStale(now time.Time) {
+	l.mu.Lock()
+	o := &l.outbox
+	if o.posted && now.Sub(o.postedAt) > placeholderStale && !l.dead {
+		o.post()
+	}
+	l.mu.Unlock()
+}
+
+// outboxSweep reposts lost placeholders (repostStale) every half placeholderStale
+// until the node stops: a check off the record path, which never reads the clock.
+func (n *Node) outboxSweep() {
+	defer n.wg.Done()
+	t := time.NewTicker(placeholderStale / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-t.C:
+			for _, l := range *n.flow.links.Load() {
+				l.repostStale(now)
+			}
+		}
+	}
 }
 
 // append encodes one record into the filling batch (under link.mu).

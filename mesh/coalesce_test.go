@@ -14,6 +14,10 @@ import (
 	"github.com/meshnode/meshnode/mesh/wire"
 )
 
+// coalescing turns coalescing on whatever MESHNODE_TEST_FAST_PATHS says: these tests
+// are about it.
+func coalescing(_ int, cfg *meshnode.Config) { cfg.NoRecordCoalescing = false }
+
 // inOrder collects the correlations of the bind records a node handles and checks
 // they arrive in the order they were sent.
 type inOrder struct {
@@ -46,7 +50,7 @@ func (o *inOrder) count() int {
 func TestCoalesce_RecordsQueuedTogetherTravelInOneEnvelopeInOrder(t *testing.T) {
 	const records = 5000
 	rs := &readers{}
-	c := meshtest.Start(t, 2, meshtest.Options{MeterProvider: rs.provider})
+	c := meshtest.Start(t, 2, meshtest.Options{MeterProvider: rs.provider, Config: coalescing})
 	got := &inOrder{}
 	c.Node(1).Records().Handle(wire.CmdBoundSessionBind, got.handle)
 	to := c.Node(1).ID()
@@ -93,7 +97,7 @@ func TestCoalesce_RecordsQueuedTogetherTravelInOneEnvelopeInOrder(t *testing.T) 
 // A lone record goes at once in an envelope of its own: nothing waits for a timer or
 // for a later record (each record here is awaited before the next is sent).
 func TestCoalesce_LoneRecordGoesAtOnce(t *testing.T) {
-	c := meshtest.Start(t, 2, meshtest.Options{NoTap: true})
+	c := meshtest.Start(t, 2, meshtest.Options{NoTap: true, Config: coalescing})
 	got := &inOrder{}
 	c.Node(1).Records().Handle(wire.CmdBoundSessionBind, got.handle)
 	to := c.Node(1).ID()

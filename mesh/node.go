@@ -291,7 +291,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}()
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
+	go n.outboxSweep()
 	go n.healLoop(max(4*mlc.ProbeInterval, time.Second))
 	return n, nil
 }
