@@ -36,7 +36,14 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = meters.Shutdown(context.Background()) }()
 
-	node, err := meshnode.Start(ctx, cfg.nodeConfig(log, meters))
+	tracer, stopTracing, err := startTracing(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the node stopped: its last spans are flushed
+	nodeCfg := cfg.nodeConfig(log, meters)
+	nodeCfg.TracerProvider = tracer
+	node, err := meshnode.Start(ctx, nodeCfg)
 	if err != nil {
 		return err
 	}
