@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/compress"
 	"github.com/meshnode/meshnode/session/wire"
@@ -33,9 +31,9 @@ type Packet struct {
 
 	replied atomic.Bool
 	// The server span (trace.go); nil when tracing is off, and then never read past
-	// that nil check.
-	span     trace.Span
-	spanDone atomic.Bool
+	// that nil check. One pointer, so that the untraced Packet stays in its allocation
+	// size class.
+	span *packetSpan
 }
 
 // RoutingID returns the peer identity of the connection (digest §11).

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -56,20 +57,28 @@ func (c *conn) startPacketSpan(pkt *Packet) context.Context {
 	if pkt.Kind == wire.KindRequest {
 		attrs = append(attrs, attribute.Int64(AttrRequestSeq, int64(pkt.RequestSeq)))
 	}
-	ctx, pkt.span = h.tracer.Start(ctx, "stream "+pkt.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	ps := &packetSpan{}
+	ctx, ps.span = h.tracer.Start(ctx, "stream "+pkt.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	pkt.span = ps
 	return ctx
+}
+
+// packetSpan is a packet's server span and whether it ended.
+type packetSpan struct {
+	span trace.Span
+	done atomic.Bool
 }
 
 // endSpan ends the packet's span once, whoever gets there first (the reply, from any
 // goroutine, or the dispatch). code is the Error reply's code ("" for success).
 func (p *Packet) endSpan(code string) {
-	if p.span == nil || !p.spanDone.CompareAndSwap(false, true) {
+	if p.span == nil || !p.span.done.CompareAndSwap(false, true) {
 		return
 	}
 	if code != "" {
-		p.span.SetStatus(codes.Error, code)
+		p.span.span.SetStatus(codes.Error, code)
 	}
-	p.span.End()
+	p.span.span.End()
 }
 
 // SpanContext returns the span context of the packet's server span: invalid when
@@ -79,9 +88,14 @@ func (p *Packet) SpanContext() trace.SpanContext {
 	if p.span == nil {
 		return trace.SpanContext{}
 	}
-	return p.span.SpanContext()
+	return p.span.span.SpanContext()
 }
 
 // Span returns the packet's server span, or nil when tracing is off. It ends when the
 // packet is answered (a Request) or when its callback returns (a Send).
-func (p *Packet) Span() trace.Span { return p.span }
+func (p *Packet) Span() trace.Span {
+	if p.span == nil {
+		return nil
+	}
+	return p.span.span
+}

@@ -262,13 +262,13 @@ func TestTraceSpanTreeAcrossTwoNodes(t *testing.T) {
 	}
 
 	for key, wantV := range map[string]string{"zlink.stream.packet.kind": "request", "zlink.stream.packet.name": "room.greet", "zlink.stream.transport": "tcp"} {
-		if v, ok := attr(srv, key); !ok || v.Emit() != wantV {
-			t.Errorf("server span %s = %q, want %q", key, v.Emit(), wantV)
+		if v, ok := attr(srv, key); !ok || v.String() != wantV {
+			t.Errorf("server span %s = %q, want %q", key, v.String(), wantV)
 		}
 	}
 	for _, key := range []string{"zlink.stream.request_seq", "zlink.stream.routing_id"} {
 		if v, ok := attr(srv, key); !ok || v.AsInt64() <= 0 {
-			t.Errorf("server span %s = %v, want a positive id", key, v.Emit())
+			t.Errorf("server span %s = %v, want a positive id", key, v.String())
 		}
 	}
 	if v, _ := attr(turn, "meshnode.actor.id"); v.AsString() != id {
@@ -279,7 +279,7 @@ func TestTraceSpanTreeAcrossTwoNodes(t *testing.T) {
 	}
 	for _, s := range spans {
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.Emit(), secret) {
+			if strings.Contains(kv.Value.String(), secret) {
 				t.Errorf("span %s attribute %s holds payload bytes", s.Name, kv.Key)
 			}
 		}
