@@ -8,6 +8,7 @@ import (
 	"github.com/meshnode/meshnode/services"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
@@ -117,6 +118,12 @@ type Config struct {
 	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+	// TracerProvider traces STREAM packets end to end: a server span per packet, the
+	// relay to a bound Actor and its turn, the reply, and the node's service calls
+	// (docs/tracing.md). nil means tracing off (a no-op provider, not otel's global:
+	// tracing is off unless configured); tracing.NewProviderFromEnv builds one from the
+	// standard OTEL_* variables.
+	TracerProvider trace.TracerProvider
 }
 
 // ServiceWorker is a session-worker Actor kind: each activation runs Facets (session

@@ -11,6 +11,7 @@ import (
 	"github.com/meshnode/meshnode/services"
 
 	"go.opentelemetry.io/otel"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
@@ -53,6 +54,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MeterProvider == nil {
 		cfg.MeterProvider = otel.GetMeterProvider()
 	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = tracenoop.NewTracerProvider() // off unless configured
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger}
 	var err error
 	n.mesh, err = mesh.Start(ctx, mesh.Config{
@@ -87,6 +91,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if bo.MeterProvider == nil {
 		bo.MeterProvider = cfg.MeterProvider
 	}
+	if bo.TracerProvider == nil {
+		bo.TracerProvider = cfg.TracerProvider
+	}
 	n.binder = binding.New(n.mesh, n.actors, bo)
 	if err := n.startServices(ctx); err != nil {
 		n.binder.Stop()
@@ -110,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) startServices(ctx context.Context) error {
 	cfg := n.cfg
 	if w := cfg.ServiceWorker; w != nil {
-		kind := services.WorkerKind(w.Kind, services.WorkerOptions{Server: n.Services, HostOptions: services.HostOptions{Logger: cfg.Logger}}, w.Facets...)
+		kind := services.WorkerKind(w.Kind, services.WorkerOptions{Server: n.Services, HostOptions: services.HostOptions{Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}}, w.Facets...)
 		if err := n.actors.Register(kind); err != nil {
 			return fmt.Errorf("meshnode: Config.ServiceWorker: %w", err)
 		}
@@ -126,7 +133,7 @@ func (n *Node) startServices(ctx context.Context) error {
 	if n.attacher != nil {
 		facets = append(facets, n.attacher.Facet())
 	}
-	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger}, facets...)
+	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}, facets...)
 	if err != nil {
 		return fmt.Errorf("meshnode: Config.Services: %w", err)
 	}
@@ -158,7 +165,7 @@ func (n *Node) startStream(ctx context.Context) error {
 	cfg := n.cfg
 	h := session.NewHost(session.HostOptions{
 		MaxQueuedApplicationJobs: cfg.JobQueue, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
-		MaxConnections: cfg.MaxConnections, StallTimeout: cfg.StallTimeout,
+		MaxConnections: cfg.MaxConnections, StallTimeout: cfg.StallTimeout, TracerProvider: cfg.TracerProvider,
 	})
 	name := cfg.StreamName
 	if name == "" {

@@ -768,17 +768,22 @@ func (s *shell) receiveSend(from mesh.NodeID, in inboundSend) {
 // deliver runs the Actor's Receive with msg (from an Actor, or nil; reply answers it
 // when it is a request). A relayed session Request replies through its binding.
 func (s *shell) deliver(msg any, from *Ref, reply func(v any, err error) error) {
+	s.deliverIn(s.act.ctx, msg, from, reply)
+}
+
+// deliverIn is deliver with ctx as the turn's context.Context (Turn.DeliverContext).
+func (s *shell) deliverIn(ctx context.Context, msg any, from *Ref, reply func(v any, err error) error) {
 	if p, ok := msg.(*SessionPacket); ok && p.Request && reply == nil {
 		reply = s.h.sessionReply(p, s.act.fence.Ref)
 	}
-	s.ctx = Context{Context: s.act.ctx, host: s.h, act: s.act, msg: msg, from: from, shell: s, reply: reply}
-	ctx := &s.ctx
+	s.ctx = Context{Context: ctx, host: s.h, act: s.act, msg: msg, from: from, shell: s, reply: reply}
+	actx := &s.ctx
 	defer func() {
 		if r := recover(); r != nil {
-			s.panicked(r, ctx)
+			s.panicked(r, actx)
 		}
 	}()
-	s.impl.Receive(ctx)
+	s.impl.Receive(actx)
 }
 
 // guard runs a layer's hook in a turn; a panic is logged and goes no further.

@@ -38,6 +38,15 @@ func (t *Turn) Former() (RouteFence, bool) {
 // Request is answered through its own reply function.
 func (t *Turn) Deliver(msg any) { t.s.deliver(msg, nil, nil) }
 
+// DeliverContext is Deliver with ctx as the context.Context the Actor's Context
+// embeds for this message: ctx must derive from Context() (so it still ends when the
+// activation stops) and adds what a layer above Actors carries for the message, such as
+// the span of a traced relay, so that calls the Actor makes with its Context join it.
+func (t *Turn) DeliverContext(ctx context.Context, msg any) { t.s.deliverIn(ctx, msg, nil, nil) }
+
+// Kind returns the activation's kind name.
+func (t *Turn) Kind() string { return t.s.act.kind }
+
 // After runs fn in a turn of this activation, d from now (a message the activation
 // posts to itself, behind what its mailbox already holds). If the activation stopped
 // meanwhile, fn does not run.

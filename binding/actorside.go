@@ -3,8 +3,11 @@ package binding
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/traceprop"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/codec"
@@ -155,10 +158,16 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	b.consumed(t, cur, tail.SourceSessionSequence)
 	request := kind == "request"
 	seq := tail.SourceSessionSequence
+	if b.tracer != nil {
+		if f, ok := relayTrace(rec.Metadata); ok {
+			b.deliverTraced(t, cur, rec, f, request, tail)
+			return
+		}
+	}
 	var replyFn func(k swire.Kind, c swire.Codec, payload []byte) error
 	if request {
 		replyFn = func(k swire.Kind, c swire.Codec, payload []byte) error {
-			return b.replyRelayed(t, cur, seq, k, c, payload)
+			return b.replyRelayed(t, cur, seq, k, c, payload, nil)
 		}
 	}
 	pkt := actor.NewSessionPacket(rec.Payload.PacketName, codecOf(b.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data,
@@ -166,6 +175,30 @@ func (b *Binder) onRelay(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		b.opts.Codecs, replyFn)
 	pkt.Metadata = packetMetadata(rec.Metadata)
 	t.Deliver(pkt)
+}
+
+// deliverTraced is onRelay's delivery for a relay that carries a trace context: the
+// Actor's Receive runs in the turn's span, with the span in its Context (a services
+// call from there joins the trace), and the reply carries the span's context back.
+func (b *Binder) deliverTraced(t *actor.Turn, cur *actorBinding, rec *wire.Record, f traceprop.Fields, request bool, tail *wire.BoundSessionTail) {
+	ctx, span := b.startTurnSpan(t, f, rec.Payload.PacketName, request, tail)
+	defer span.End()
+	seq := tail.SourceSessionSequence
+	var replyFn func(k swire.Kind, c swire.Codec, payload []byte) error
+	if request {
+		back := traceprop.Inject(ctx)
+		replyFn = func(k swire.Kind, c swire.Codec, payload []byte) error {
+			if k == swire.KindError {
+				span.SetStatus(codes.Error, "error reply")
+			}
+			return b.replyRelayed(t, cur, seq, k, c, payload, &back)
+		}
+	}
+	pkt := actor.NewSessionPacket(rec.Payload.PacketName, codecOf(b.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data,
+		request, actor.SessionID{RID: tail.SourceSessionRID, BindingGeneration: tail.SourceBindingGeneration}, seq,
+		b.opts.Codecs, replyFn)
+	pkt.Metadata = packetMetadata(rec.Metadata)
+	t.DeliverContext(ctx, pkt)
 }
 
 // The Actor-facing surface: the binding layer is the Actor host's session bridge
@@ -210,13 +243,22 @@ func (br bridge) CloseSession(t *actor.Turn, reason swire.CloseReason, diagnosti
 // to the binding that relayed it, which completes the client's STREAM request exactly
 // once. If that binding was replaced meanwhile, the reply is dropped there, never
 // delivered to the new session.
-func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64, kind swire.Kind, c swire.Codec, payload []byte) error {
+//
+// tc, when the relay carried a trace context, is the Actor turn's: it goes back in the
+// reply envelope (encodeTracedReply).
+func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64, kind swire.Kind, c swire.Codec, payload []byte, tc *traceprop.Fields) error {
 	if currentOf(t) != relayedOn {
 		// The relaying binding is gone: the reply has no session to reach.
 		return ErrNotBound
 	}
 	relayedOn.repliedUpTo(seq)
-	return b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), encodeReply(seq, kind, payload))
+	var data []byte
+	if tc != nil {
+		data = encodeTracedReply(seq, kind, *tc, payload)
+	} else {
+		data = encodeReply(seq, kind, payload)
+	}
+	return b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), data)
 }
 
 func (b *Binder) send36(t *actor.Turn, cur *actorBinding, gen uint64, name, ct string, data []byte) error {

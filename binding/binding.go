@@ -9,10 +9,12 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/ratelog"
+	"github.com/meshnode/meshnode/internal/traceprop"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session"
@@ -90,6 +92,11 @@ type Options struct {
 	// by 44): past it without the route update the session is closed and the held
 	// relays are dropped (default 3 s; digest §7.13). Not positive: the default.
 	SessionRelocationSealTimeout time.Duration
+	// TracerProvider traces relays (docs/binding.md, "Trace context"): a relayed
+	// packet's trace context rides in record 24, the Actor's turn runs in a span
+	// parented on it, and the reply carries the turn's context back. nil (or otel's
+	// no-op provider): no spans, and nothing traced crosses the wire from this node.
+	TracerProvider trace.TracerProvider
 }
 
 // Binder runs both roles of the binding protocol on one mesh node.
@@ -112,6 +119,9 @@ type Binder struct {
 	unsubscribe func()
 	metricsReg  metric.Registration
 	ratelog     ratelog.Limiter
+
+	tracer      trace.Tracer // nil: tracing off
+	badCarriers *traceprop.BadCarriers
 }
 
 // pendingOp is a 38 waiting for its 20.
@@ -188,6 +198,9 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	mp := opts.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+	}
+	if b.tracer = traceprop.Tracer(opts.TracerProvider, tracerName); b.tracer != nil {
+		b.badCarriers = traceprop.NewBadCarriers(mp, "github.com/meshnode/meshnode/binding")
 	}
 	if err := b.registerMetrics(mp); err != nil {
 		b.log.Warn("binding: metrics not registered", "err", err)

@@ -206,7 +206,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 	actorID := bd.actorID
 	switch p.PacketName {
 	case replyPacketName:
-		seq, kind, payload, err := decodeReply(p.Data)
+		seq, kind, payload, tc, err := decodeReply(p.Data)
 		if err != nil {
 			b.rejected(&b.drops.stalePush, from, "malformed relayed reply")
 			return
@@ -216,6 +216,9 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		if pkt == nil {
 			b.drops.lateReply.Add(1)
 			return
+		}
+		if tc.Parent != "" && b.tracer != nil {
+			defer b.finishReplySpan(pkt, tc, kind).End()
 		}
 		// NonBlocking: this runs on the node's record receiver, which serves every
 		// session; a client that does not read must not stall the others.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/internal/traceprop"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/codec"
@@ -54,6 +55,9 @@ func relayRecord(fence actor.RouteFence, sessionRid string, gen, seq uint64, pkt
 	if pkt.IsRequest() {
 		rec.Metadata = append(rec.Metadata, wire.MetadataEntry{Key: kindKey, Value: "request"})
 	}
+	if pkt.Span() != nil { // tracing is on at this session owner
+		injectRelay(rec, pkt)
+	}
 	return rec
 }
 
@@ -99,15 +103,31 @@ func encodeReply(seq uint64, kind swire.Kind, payload []byte) []byte {
 
 var errBadReply = errors.New("binding: malformed reply envelope")
 
-func decodeReply(b []byte) (seq uint64, kind swire.Kind, payload []byte, err error) {
+// With the trace flag (0x80) in the kind byte, the Actor turn's trace context sits
+// between the kind byte and the payload (encodeTracedReply); it is sent only to a
+// session owner whose record 24 carried one.
+func decodeReply(b []byte) (seq uint64, kind swire.Kind, payload []byte, tc traceprop.Fields, err error) {
 	if len(b) < 9 {
-		return 0, 0, nil, errBadReply
+		return 0, 0, nil, tc, errBadReply
 	}
 	seq, kind = binary.BigEndian.Uint64(b), swire.Kind(b[8])
-	if seq == 0 || (kind != swire.KindResponse && kind != swire.KindError) {
-		return 0, 0, nil, errBadReply
+	b = b[9:]
+	if kind&replyTraceFlag != 0 {
+		kind &^= replyTraceFlag
+		if len(b) < 1 || len(b) < 1+int(b[0])+2 {
+			return 0, 0, nil, tc, errBadReply
+		}
+		tc.Parent, b = string(b[1:1+int(b[0])]), b[1+int(b[0]):]
+		n := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+n {
+			return 0, 0, nil, tc, errBadReply
+		}
+		tc.State, b = string(b[2:2+n]), b[2+n:]
 	}
-	return seq, kind, b[9:], nil
+	if seq == 0 || (kind != swire.KindResponse && kind != swire.KindError) {
+		return 0, 0, nil, tc, errBadReply
+	}
+	return seq, kind, b, tc, nil
 }
 
 // Close data of record 36 ($zlink.close): u8 close reason, then the UTF-8 diagnostic.

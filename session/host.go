@@ -19,9 +19,11 @@ import (
 	"github.com/meshnode/meshnode/internal/workpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode/internal/logfloor"
 	"github.com/meshnode/meshnode/internal/ratelog"
+	"github.com/meshnode/meshnode/internal/traceprop"
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -59,6 +61,11 @@ type HostOptions struct {
 	// serial either way). The switch exists to compare the two paths and to rule the
 	// fast one out when diagnosing.
 	NoInlineTurns bool
+	// TracerProvider starts a server span for every packet dispatched to a session
+	// callback (docs/tracing.md), continuing the trace of the packet's traceparent
+	// metadata. nil (or otel's no-op provider): no spans, and the packet path pays one
+	// nil check.
+	TracerProvider trace.TracerProvider
 }
 
 // Host is one process's STREAM runtime: its stream nodes, the host-wide permit pool
@@ -89,6 +96,8 @@ type Host struct {
 	refusers     atomic.Int64  // WebSocket refusals in progress
 	maxConns     int64         // 0: no limit
 	ratelog      ratelog.Limiter
+	tracer       trace.Tracer // nil: tracing off
+	badCarriers  *traceprop.BadCarriers
 
 	baseCtx      context.Context
 	cancelBase   context.CancelFunc
@@ -108,6 +117,7 @@ func NewHost(opts HostOptions) *Host {
 	if h.codecs == nil {
 		h.codecs = codec.NewRegistry()
 	}
+	h.tracer = traceprop.Tracer(opts.TracerProvider, tracerName)
 	h.baseCtx, h.cancelBase = context.WithCancel(context.Background())
 	h.acceptCtx, h.cancelAccept = context.WithCancel(h.baseCtx)
 	return h
@@ -210,6 +220,9 @@ func (h *Host) Start(ctx context.Context) error {
 	mp := h.opts.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+	}
+	if h.tracer != nil {
+		h.badCarriers = traceprop.NewBadCarriers(mp, "github.com/meshnode/meshnode/session")
 	}
 	if h.metrics, err = newMetrics(mp, h); err != nil {
 		return fmt.Errorf("stream host metrics: %w", err)

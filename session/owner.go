@@ -94,7 +94,18 @@ func (a *ownerActor) dispatch(pkt *Packet) {
 			a.failRequest(pkt, &CodedError{Code: fault.InternalFailure.Code(), Message: fault.InternalMessage})
 		}
 	}()
-	if err := a.sess.OnPacket(a.c.ctx, pkt); err != nil {
+	ctx := a.c.ctx
+	if a.c.host.tracer != nil {
+		ctx = a.c.startPacketSpan(pkt)
+		// A Send's span ends with its callback; a Request's when it is answered, which
+		// may be later and on another goroutine (a relay's reply).
+		defer func() {
+			if pkt.Kind != wire.KindRequest {
+				pkt.endSpan("")
+			}
+		}()
+	}
+	if err := a.sess.OnPacket(ctx, pkt); err != nil {
 		if errors.Is(err, ErrSessionClosed) {
 			// The session closed under the callback (its reply or push could not go
 			// out): counted, and logged once per session when it ends, not per packet.

@@ -30,6 +30,10 @@ type Packet struct {
 	Peer *Peer
 
 	replied atomic.Bool
+	// The server span (trace.go); nil when tracing is off, and then never read past
+	// that nil check. One pointer, so that the untraced Packet stays in its allocation
+	// size class.
+	span *packetSpan
 }
 
 // RoutingID returns the peer identity of the connection (digest §11).
@@ -50,6 +54,9 @@ func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
 	if err := p.consumeReply(); err != nil {
 		return err
 	}
+	if p.span != nil {
+		p.endSpan("")
+	}
 	h := wire.Header{Kind: wire.KindResponse, Codec: c, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
 	return p.Peer.c.send(p.Peer.c.ctx, &h, payload, opts, writeReply)
 }
@@ -58,6 +65,9 @@ func (p *Packet) Reply(c wire.Codec, payload []byte, opts ...SendOption) error {
 func (p *Packet) ReplyError(code, message string, opts ...SendOption) error {
 	if err := p.consumeReply(); err != nil {
 		return err
+	}
+	if p.span != nil {
+		p.endSpan(code)
 	}
 	h := wire.Header{Kind: wire.KindError, Codec: wire.CodecJSON, RequestSeq: p.RequestSeq, CorrelationID: p.CorrelationID, FlowID: p.FlowID, FlowOrigin: p.FlowOrigin}
 	return p.Peer.c.send(p.Peer.c.ctx, &h, p.Peer.c.host.errorPayload(code, message), opts, writeReply)

@@ -36,11 +36,17 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = meters.Shutdown(context.Background()) }()
 
+	tracer, stopTracing, err := startTracing(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the node stopped: its last spans are flushed
 	// The admin listener opens before the node starts: with port 0 its real port is
 	// part of the address the node gossips (the dashboard of any member reads this
 	// node's figures there).
 	var adminLn net.Listener
 	nodeCfg := cfg.nodeConfig(log, meters)
+	nodeCfg.TracerProvider = tracer
 	if cfg.admin != "" {
 		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
 			return fmt.Errorf("flag --admin: %w", err)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/meshnode/meshnode/session/compress"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -52,20 +54,34 @@ func (c *Connector) Request(ctx context.Context, name string, req, resp any, opt
 	if err != nil {
 		return err
 	}
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span, opts = c.startSpan(ctx, "request", name, opts)
+	}
 	cl := getCall()
 	cl.typed, cl.resp = true, resp
 	err = c.roundTrip(ctx, name, c.opts.Codec, payload, cl, opts)
 	putCall(cl)
+	if span != nil {
+		endSpan(span, err)
+	}
 	return err
 }
 
 // RequestRaw is Request with a ready payload: id is written as the frame's codec and the
 // reply comes back undecoded.
 func (c *Connector) RequestRaw(ctx context.Context, name string, id wire.Codec, payload []byte, opts ...CallOption) (Reply, error) {
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span, opts = c.startSpan(ctx, "request", name, opts)
+	}
 	cl := getCall()
 	err := c.roundTrip(ctx, name, id, payload, cl, opts)
 	r := cl.reply
 	putCall(cl)
+	if span != nil {
+		endSpan(span, err)
+	}
 	return r, err
 }
 
@@ -88,6 +104,17 @@ func (c *Connector) Send(ctx context.Context, name string, v any, opts ...CallOp
 
 // SendRaw is Send with a ready payload written with codec id.
 func (c *Connector) SendRaw(ctx context.Context, name string, id wire.Codec, payload []byte, opts ...CallOption) error {
+	if c.tracer != nil {
+		var span trace.Span
+		ctx, span, opts = c.startSpan(ctx, "send", name, opts)
+		err := c.sendRaw(ctx, name, id, payload, opts)
+		endSpan(span, err)
+		return err
+	}
+	return c.sendRaw(ctx, name, id, payload, opts)
+}
+
+func (c *Connector) sendRaw(ctx context.Context, name string, id wire.Codec, payload []byte, opts []CallOption) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("connector: send %q: %w", name, err)
 	}

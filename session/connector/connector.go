@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/meshnode/meshnode/internal/traceprop"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -55,6 +58,8 @@ type Connector struct {
 	hmu      sync.RWMutex
 	handlers map[string]func(Message)
 
+	tracer trace.Tracer // nil: tracing off (the default)
+
 	grace time.Duration // readerGrace; tests change it before Connect
 	leads atomic.Uint64 // requests that read their own reply (see conn), for tests
 }
@@ -79,7 +84,8 @@ func New(endpoint string, opts Options) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{ep: ep, opts: opts, handlers: make(map[string]func(Message)), grace: readerGrace}
+	c := &Connector{ep: ep, opts: opts, handlers: make(map[string]func(Message)), grace: readerGrace,
+		tracer: traceprop.Tracer(opts.TracerProvider, tracerName)}
 	c.life, c.kill = context.WithCancel(context.Background())
 	return c, nil
 }

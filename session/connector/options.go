@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/meshnode/meshnode/session/codec"
 	"github.com/meshnode/meshnode/session/wire"
 )
@@ -111,6 +113,12 @@ type Options struct {
 
 	// Logger receives debug and warning records; nil discards them.
 	Logger *slog.Logger
+
+	// TracerProvider starts a client span for each Request and Send and sends its W3C
+	// trace context to the server as the packet's traceparent and tracestate metadata
+	// (docs/tracing.md). nil (the default) or otel's no-op provider: no spans, no
+	// metadata added.
+	TracerProvider trace.TracerProvider
 
 	// OnStateChange is told every state transition, in order.
 	OnStateChange func(State)
