@@ -297,11 +297,11 @@ func (c *conn) readFrames() (handedOff bool) {
 		if c.isClosing() || !c.acquirePermit() {
 			return false
 		}
-		body := make([]byte, total)
+		pkt, body := newPacket(total)
 		copy(body, rb.peek(frameLen)[wire.PrefixSize:])
 		rb.consume(frameLen)
 		c.host.metrics.packetIn(frameLen)
-		switch c.admit(hl, body) {
+		switch c.admit(hl, body, pkt) {
 		case admitClosed:
 			return false
 		case admitHandedOff:
@@ -437,9 +437,34 @@ func (c *conn) transportError(err error) {
 	}
 }
 
+// inlineBody is the largest frame (header and payload) that shares one allocation with
+// its Packet: 144 + 112 bytes fill the 256-byte size class, and most game and chat
+// packets fit.
+const inlineBody = 112
+
+// packetWithBody is a Packet and the bytes of its frame in one allocation.
+type packetWithBody struct {
+	p    Packet
+	body [inlineBody]byte
+}
+
+// newPacket returns an empty Packet and a buffer of n bytes for its frame, owned by
+// that packet alone (header strings point into it: wire.DecodeHeaderInPlace). A small
+// frame lives in the same allocation as its Packet: one allocation per packet, not
+// three (Packet, body, header strings).
+func newPacket(n int) (*Packet, []byte) {
+	if n <= inlineBody {
+		pb := &packetWithBody{}
+		return &pb.p, pb.body[:n:n]
+	}
+	return &Packet{}, make([]byte, n)
+}
+
 // admit decodes the pulled frame and passes it, with its permit, to the session owner.
-func (c *conn) admit(hl int, body []byte) admitResult {
-	h, err := wire.DecodeHeader(body[:hl])
+func (c *conn) admit(hl int, body []byte, pkt *Packet) admitResult {
+	// body is this packet's own copy of the frame, never reused: the header's strings
+	// can point into it.
+	h, err := wire.DecodeHeaderInPlace(body[:hl])
 	if err != nil {
 		c.host.permits.release()
 		c.protocolError(err)
@@ -471,18 +496,9 @@ func (c *conn) admit(hl int, body []byte) admitResult {
 		payload = plain
 		h.Compressed = false
 	}
-	pkt := &Packet{
-		Kind:          h.Kind,
-		Name:          h.Name,
-		Metadata:      h.Metadata,
-		RequestSeq:    h.RequestSeq,
-		CorrelationID: h.CorrelationID,
-		FlowID:        h.FlowID,
-		FlowOrigin:    h.FlowOrigin,
-		Codec:         h.Codec,
-		Payload:       payload,
-		Peer:          c.peer,
-	}
+	pkt.Kind, pkt.Name, pkt.Metadata, pkt.RequestSeq = h.Kind, h.Name, h.Metadata, h.RequestSeq
+	pkt.CorrelationID, pkt.FlowID, pkt.FlowOrigin = h.CorrelationID, h.FlowID, h.FlowOrigin
+	pkt.Codec, pkt.Payload, pkt.Peer = h.Codec, payload, c.peer
 	if !c.deliver(pkt) {
 		return admitHandedOff
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // ParsePrefix reads the 6-byte prefix. b must hold at least PrefixSize bytes (it panics
@@ -64,7 +65,19 @@ func DecodeHeader(b []byte) (Header, error) {
 	if err != nil {
 		return Header{}, err
 	}
-	return l.build(b), nil
+	return l.build(b, false), nil
+}
+
+// DecodeHeaderInPlace is DecodeHeader for a header in a buffer that nothing ever
+// modifies or reuses afterwards (a frame the server copied out of its read buffer for
+// one packet): the strings point into b instead of a copy, so a header costs no
+// allocation but its Metadata slice. b stays alive as long as any of them.
+func DecodeHeaderInPlace(b []byte) (Header, error) {
+	l, err := scanHeader(b)
+	if err != nil {
+		return Header{}, err
+	}
+	return l.build(b, true), nil
 }
 
 // scanHeader walks and validates the header without allocating (except for errors).
@@ -314,7 +327,7 @@ func (l *layout) scanFlow(b []byte, off int) (int, error) {
 }
 
 // build turns a validated layout into a Header (see DecodeHeader for the allocations).
-func (l *layout) build(b []byte) Header {
+func (l *layout) build(b []byte, inPlace bool) Header {
 	h := Header{
 		Kind:       l.kind,
 		Codec:      l.codec,
@@ -329,7 +342,14 @@ func (l *layout) build(b []byte) Header {
 	}
 	// Every variable field lies in b[l.nameOff:], so one conversion covers them all.
 	base := l.nameOff
-	s := string(b[base:])
+	var s string
+	if inPlace {
+		if base < len(b) {
+			s = unsafe.String(&b[base], len(b)-base)
+		}
+	} else {
+		s = string(b[base:])
+	}
 	h.Name = s[:l.nameLen]
 	if l.mdOff >= 0 {
 		h.Metadata = buildMetadata(s[l.mdOff-base:l.mdOff-base+l.mdLen], l.mdCount)

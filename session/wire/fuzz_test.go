@@ -53,6 +53,12 @@ func FuzzDecodeHeader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := DecodeHeader(data)
+		// The in-place decoder accepts and rejects exactly the same headers, with the
+		// same fields (its strings point into its own copy of the bytes).
+		hp, errp := DecodeHeaderInPlace(bytes.Clone(data))
+		if (err == nil) != (errp == nil) || (err == nil && !reflect.DeepEqual(h, hp)) {
+			t.Fatalf("DecodeHeaderInPlace = %+v, %v\nDecodeHeader = %+v, %v", hp, errp, h, err)
+		}
 		if err != nil {
 			checkFrameError(t, err, len(data))
 			return
