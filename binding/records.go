@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/internal/traceprop"
@@ -39,26 +40,46 @@ func bindRecord(corr uint64, fence actor.RouteFence, sessionRid string, gen uint
 	}}
 }
 
-func relayRecord(fence actor.RouteFence, sessionRid string, gen, seq uint64, pkt *session.Packet, codecs *codec.Registry) *wire.Record {
-	rec := &wire.Record{
-		Body: &wire.ActorSend{
-			TargetActor:  actor.FenceToWire(fence),
-			BoundSession: &wire.BoundSessionTail{SourceSessionRID: sessionRid, SourceBindingGeneration: gen, SourceSessionSequence: seq},
-		},
-		Payload: &wire.Payload{PacketName: pkt.Name, ContentType: contentType(codecs, pkt.Codec), Data: pkt.Payload},
-	}
+// relayScratch holds the record 24 of one relay while the mesh encodes it: the
+// transport copies the record into its frames before SendRecord returns, so the
+// structs go back to a pool at once instead of being four allocations per relay.
+type relayScratch struct {
+	rec     wire.Record
+	body    wire.ActorSend
+	tail    wire.BoundSessionTail
+	payload wire.Payload
+	md      [4]wire.MetadataEntry
+}
+
+var relayScratchPool = sync.Pool{New: func() any { return new(relayScratch) }}
+
+// relayRecord builds the record 24 that relays pkt, in pooled scratch; release returns
+// the scratch once the record was sent (encoded).
+func relayRecord(fence actor.RouteFence, sessionRid string, gen, seq uint64, pkt *session.Packet, codecs *codec.Registry) (rec *wire.Record, release func()) {
+	sc := relayScratchPool.Get().(*relayScratch)
+	sc.tail = wire.BoundSessionTail{SourceSessionRID: sessionRid, SourceBindingGeneration: gen, SourceSessionSequence: seq}
+	sc.body = wire.ActorSend{TargetActor: actor.FenceToWire(fence), BoundSession: &sc.tail}
+	sc.payload = wire.Payload{PacketName: pkt.Name, ContentType: contentType(codecs, pkt.Codec), Data: pkt.Payload}
+	sc.rec = wire.Record{Body: &sc.body, Payload: &sc.payload}
+	md := sc.md[:0] // a nil Metadata means no metadata frame: set only when not empty
 	for _, e := range pkt.Metadata {
 		if !strings.HasPrefix(e.Key, reservedMetaPrefix) { // a client cannot set the relay's own keys
-			rec.Metadata = append(rec.Metadata, wire.MetadataEntry{Key: e.Key, Value: e.Value})
+			md = append(md, wire.MetadataEntry{Key: e.Key, Value: e.Value})
 		}
 	}
 	if pkt.IsRequest() {
-		rec.Metadata = append(rec.Metadata, wire.MetadataEntry{Key: kindKey, Value: "request"})
+		md = append(md, wire.MetadataEntry{Key: kindKey, Value: "request"})
+	}
+	if len(md) > 0 {
+		sc.rec.Metadata = md
 	}
 	if pkt.Span() != nil { // tracing is on at this session owner
-		injectRelay(rec, pkt)
+		injectRelay(&sc.rec, pkt)
 	}
-	return rec
+	return &sc.rec, func() {
+		*sc = relayScratch{}
+		relayScratchPool.Put(sc)
+	}
 }
 
 // reservedMetaPrefix is the namespace of the relay's own metadata keys on record 24.

@@ -376,11 +376,13 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 // (its Request forgotten, its window slot freed) and the error, of a fault kind,
 // returned.
 func (s *Session) send(fence actor.RouteFence, gen, seq uint64, pkt *session.Packet) error {
-	rec := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
+	rec, release := relayRecord(fence, s.rid, gen, seq, pkt, s.b.opts.Codecs)
 	// A relay that finds the window toward the Actor's node full waits for room for as
 	// long as the session lives (the session stops pulling meanwhile; the Actor's node
 	// departing ends the wait): never dropped after an arbitrary delay.
-	if err := s.b.actors.SendRecord(s.peer.Context(), fence, rec); err != nil {
+	err := s.b.actors.SendRecord(s.peer.Context(), fence, rec)
+	release()
+	if err != nil {
 		s.mu.Lock()
 		if _, ok := s.requests[seq]; ok {
 			s.removeRequest(seq)
@@ -500,11 +502,23 @@ func (b *Binder) Unbind(ctx context.Context, peer *session.Peer, actorID string)
 func (b *Binder) Relay(ctx context.Context, p *session.Packet, actorID string) error {
 	s := b.Session(p.Peer)
 	if actorID == "" {
-		if bs := s.Bindings(); len(bs) == 1 {
-			actorID = bs[0].Actor.ID
-		}
+		actorID = s.onlyBinding()
 	}
 	return s.Relay(ctx, actorID, p)
+}
+
+// onlyBinding returns the ActorId of the session's binding when it has exactly one,
+// else "" (Relay's default target; no allocation on the relay path).
+func (s *Session) onlyBinding() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.binds) != 1 {
+		return ""
+	}
+	for id := range s.binds {
+		return id
+	}
+	return ""
 }
 
 // BindingsOf returns the current bindings of the session with routing id id (none when
