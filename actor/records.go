@@ -40,9 +40,16 @@ type sendScratch struct {
 
 var sendScratchPool = sync.Pool{New: func() any { return new(sendScratch) }}
 
+// release returns the scratch to the pool (the record was sent: encoded).
+func (sc *sendScratch) release() {
+	*sc = sendScratch{}
+	sendScratchPool.Put(sc)
+}
+
 // actorSendRecord builds the record 24 of an Actor-to-Actor message (no bound-session
-// tail; an operation id when it is a request) in pooled scratch; release returns it.
-func actorSendRecord(to RouteFence, msg *Message, from *Ref, req *requestInfo) (rec *wire.Record, release func(), err error) {
+// tail; an operation id when it is a request) in pooled scratch; sc.release returns it
+// (a method, not a closure: a closure would be an allocation per message).
+func actorSendRecord(to RouteFence, msg *Message, from *Ref, req *requestInfo) (rec *wire.Record, sc *sendScratch, err error) {
 	if msg.Name == "" || len(msg.Name) > 255 {
 		return nil, nil, fmt.Errorf("actor: message name must be 1..255 bytes, got %d", len(msg.Name))
 	}
@@ -50,7 +57,7 @@ func actorSendRecord(to RouteFence, msg *Message, from *Ref, req *requestInfo) (
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	sc := sendScratchPool.Get().(*sendScratch)
+	sc = sendScratchPool.Get().(*sendScratch)
 	sc.body = wire.ActorSend{TargetActor: FenceToWire(to)}
 	if from != nil {
 		sc.body.SourceActor = wire.ActorRef{ID: from.ID, Generation: from.ObjectGeneration}
@@ -60,10 +67,7 @@ func actorSendRecord(to RouteFence, msg *Message, from *Ref, req *requestInfo) (
 	}
 	sc.payload = wire.Payload{PacketName: msg.Name, ContentType: ct, Data: msg.Data}
 	sc.rec = wire.Record{Body: &sc.body, Payload: &sc.payload}
-	return &sc.rec, func() {
-		*sc = sendScratch{}
-		sendScratchPool.Put(sc)
-	}, nil
+	return &sc.rec, sc, nil
 }
 
 // requestOperation is the operation id's high word of an Actor request (its low word

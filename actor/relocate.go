@@ -410,13 +410,13 @@ func (h *Host) encodeFollowed(from mesh.NodeID, to RouteFence, msg *Message, src
 	if corr != 0 {
 		req = &requestInfo{corr: corr}
 	}
-	rec, release, err := actorSendRecord(to, msg, src, req)
+	rec, scratch, err := actorSendRecord(to, msg, src, req)
 	if err != nil {
 		h.log.Warn("actor: a message held by a moving Actor cannot be encoded; dropped", "err", err)
 		return nil
 	}
 	frames, err := wire.Encode(rec)
-	release()
+	scratch.release()
 	if err != nil {
 		h.log.Warn("actor: a message held by a moving Actor cannot be encoded; dropped", "err", err)
 		return nil

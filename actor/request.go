@@ -256,7 +256,7 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 	if err != nil {
 		return err
 	}
-	rec, release, err := actorSendRecord(f, m, from, req)
+	rec, scratch, err := actorSendRecord(f, m, from, req)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 	if err == nil {
 		err = h.node.Records().SendToActor(ctx, addr, rec, sendWait(ctx))
 	}
-	release()
+	scratch.release()
 	if err != nil {
 		return fmt.Errorf("actor: send to %s: %w", f.Ref, err)
 	}
