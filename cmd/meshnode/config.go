@@ -9,12 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	ff "github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/fftoml"
+	"github.com/peterbourgon/ff/v3/ffyaml"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -113,7 +115,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
 	fs.Var(&raw.wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
-	fs.StringVar(&raw.config, "config", "", "TOML configuration file: keys are the flag names (a repeatable flag takes an array)")
+	fs.StringVar(&raw.config, "config", "", "configuration file, TOML or YAML (.yaml, .yml): keys are the flag names (a repeatable flag takes an array)")
 }
 
 // envPrefix prefixes the environment variable of each flag: MESHNODE_ + the flag's
@@ -121,12 +123,26 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 // list).
 const envPrefix = "MESHNODE"
 
+// configParser is the parser of the configuration file at path: YAML for a .yaml or
+// .yml file, TOML otherwise.
+func configParser(path string) ff.ConfigFileParser {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return ffyaml.Parser
+	}
+	return fftoml.Parser
+}
+
 // parseSources parses args, the environment and the configuration file into fs
 // (precedence flag > env > file > default, peterbourgon/ff), and says where each flag's
 // value came from: "flag", "env MESHNODE_X", "file PATH" or "default".
 func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix(envPrefix), ff.WithEnvVarSplit(","),
-		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(fftoml.Parser))
+		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(func(r io.Reader, set func(name, value string) error) error {
+			// ff reads the file once the command line and the environment are parsed:
+			// --config holds its path by then.
+			return configParser(fs.Lookup("config").Value.String())(r, set)
+		}))
 	if err != nil {
 		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config file") {
 			return nil, fmt.Errorf("config file %s: %w", cf.Value.String(), err)
@@ -143,7 +159,7 @@ func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 	inFile := map[string]bool{}
 	if path := fs.Lookup("config").Value.String(); path != "" {
 		if f, err := os.Open(path); err == nil {
-			_ = fftoml.Parser(f, func(name, _ string) error { inFile[name] = true; return nil })
+			_ = configParser(path)(f, func(name, _ string) error { inFile[name] = true; return nil })
 			_ = f.Close()
 		}
 	}
