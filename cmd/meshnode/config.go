@@ -1,14 +1,16 @@
 package main
 
 import (
-	"os"
-
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -295,7 +297,63 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
 		return cfg, nil, fmt.Errorf("%s: needs --tls-cert and --tls-key", where("tls-client-ca"))
 	}
+	if err := checkListeners(cfg.streams, where("stream")); err != nil {
+		return cfg, nil, err
+	}
+	if err := checkTLSFiles(cfg, where); err != nil {
+		return cfg, nil, err
+	}
 	return cfg, sources, nil
+}
+
+// checkListeners refuses a STREAM endpoint given twice, and two endpoints on the same
+// host and fixed port (one listener per address), naming them.
+func checkListeners(streams []string, where string) error {
+	seen := map[string]string{} // endpoint or host:port -> the endpoint that took it
+	for _, s := range streams {
+		if prev, dup := seen[s]; dup {
+			return fmt.Errorf("%s: listener %s is given twice", where, prev)
+		}
+		seen[s] = s
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || u.Port() == "" || u.Port() == "0" {
+			continue // a malformed endpoint fails at start, naming it; port 0 is the OS's pick
+		}
+		if prev, dup := seen["addr "+u.Host]; dup {
+			return fmt.Errorf("%s: listeners %s and %s both listen on %s", where, prev, s, u.Host)
+		}
+		seen["addr "+u.Host] = s
+	}
+	return nil
+}
+
+// checkTLSFiles loads the TLS files as the listeners will, so that a missing, unreadable
+// or malformed one fails the start naming it and where it was set.
+func checkTLSFiles(cfg serveConfig, where func(string) string) error {
+	if cfg.tlsCert == "" && cfg.tlsKey == "" {
+		return nil
+	}
+	for _, f := range []struct{ name, path string }{{"tls-cert", cfg.tlsCert}, {"tls-key", cfg.tlsKey}, {"tls-client-ca", cfg.tlsClientCA}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			return fmt.Errorf("%s: %w", where(f.name), err)
+		}
+	}
+	if cfg.tlsCert == "" || cfg.tlsKey == "" {
+		return nil // a lone --tls-cert or --tls-key is refused with the listeners
+	}
+	if _, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey); err != nil {
+		return fmt.Errorf("%s %s and %s %s: %w", where("tls-cert"), cfg.tlsCert, where("tls-key"), cfg.tlsKey, err)
+	}
+	if cfg.tlsClientCA != "" {
+		pem, _ := os.ReadFile(cfg.tlsClientCA)
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: %s holds no PEM certificate", where("tls-client-ca"), cfg.tlsClientCA)
+		}
+	}
+	return nil
 }
 
 // splitHostPortFlag parses a host:port value, naming where it came from (the flag, the
