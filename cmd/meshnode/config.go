@@ -1,20 +1,24 @@
 package main
 
 import (
-	"os"
-
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	ff "github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/fftoml"
+	"github.com/peterbourgon/ff/v3/ffyaml"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -113,7 +117,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
 	fs.Var(&raw.wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
-	fs.StringVar(&raw.config, "config", "", "TOML configuration file: keys are the flag names (a repeatable flag takes an array)")
+	fs.StringVar(&raw.config, "config", "", "configuration file, TOML or YAML (.yaml, .yml): keys are the flag names (a repeatable flag takes an array)")
 }
 
 // envPrefix prefixes the environment variable of each flag: MESHNODE_ + the flag's
@@ -121,12 +125,26 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 // list).
 const envPrefix = "MESHNODE"
 
+// configParser is the parser of the configuration file at path: YAML for a .yaml or
+// .yml file, TOML otherwise.
+func configParser(path string) ff.ConfigFileParser {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return ffyaml.Parser
+	}
+	return fftoml.Parser
+}
+
 // parseSources parses args, the environment and the configuration file into fs
 // (precedence flag > env > file > default, peterbourgon/ff), and says where each flag's
 // value came from: "flag", "env MESHNODE_X", "file PATH" or "default".
 func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix(envPrefix), ff.WithEnvVarSplit(","),
-		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(fftoml.Parser))
+		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(func(r io.Reader, set func(name, value string) error) error {
+			// ff reads the file once the command line and the environment are parsed:
+			// --config holds its path by then.
+			return configParser(fs.Lookup("config").Value.String())(r, set)
+		}))
 	if err != nil {
 		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config file") {
 			return nil, fmt.Errorf("config file %s: %w", cf.Value.String(), err)
@@ -143,7 +161,7 @@ func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 	inFile := map[string]bool{}
 	if path := fs.Lookup("config").Value.String(); path != "" {
 		if f, err := os.Open(path); err == nil {
-			_ = fftoml.Parser(f, func(name, _ string) error { inFile[name] = true; return nil })
+			_ = configParser(path)(f, func(name, _ string) error { inFile[name] = true; return nil })
 			_ = f.Close()
 		}
 	}
@@ -279,7 +297,63 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
 		return cfg, nil, fmt.Errorf("%s: needs --tls-cert and --tls-key", where("tls-client-ca"))
 	}
+	if err := checkListeners(cfg.streams, where("stream")); err != nil {
+		return cfg, nil, err
+	}
+	if err := checkTLSFiles(cfg, where); err != nil {
+		return cfg, nil, err
+	}
 	return cfg, sources, nil
+}
+
+// checkListeners refuses a STREAM endpoint given twice, and two endpoints on the same
+// host and fixed port (one listener per address), naming them.
+func checkListeners(streams []string, where string) error {
+	seen := map[string]string{} // endpoint or host:port -> the endpoint that took it
+	for _, s := range streams {
+		if prev, dup := seen[s]; dup {
+			return fmt.Errorf("%s: listener %s is given twice", where, prev)
+		}
+		seen[s] = s
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || u.Port() == "" || u.Port() == "0" {
+			continue // a malformed endpoint fails at start, naming it; port 0 is the OS's pick
+		}
+		if prev, dup := seen["addr "+u.Host]; dup {
+			return fmt.Errorf("%s: listeners %s and %s both listen on %s", where, prev, s, u.Host)
+		}
+		seen["addr "+u.Host] = s
+	}
+	return nil
+}
+
+// checkTLSFiles loads the TLS files as the listeners will, so that a missing, unreadable
+// or malformed one fails the start naming it and where it was set.
+func checkTLSFiles(cfg serveConfig, where func(string) string) error {
+	if cfg.tlsCert == "" && cfg.tlsKey == "" {
+		return nil
+	}
+	for _, f := range []struct{ name, path string }{{"tls-cert", cfg.tlsCert}, {"tls-key", cfg.tlsKey}, {"tls-client-ca", cfg.tlsClientCA}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			return fmt.Errorf("%s: %w", where(f.name), err)
+		}
+	}
+	if cfg.tlsCert == "" || cfg.tlsKey == "" {
+		return nil // a lone --tls-cert or --tls-key is refused with the listeners
+	}
+	if _, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey); err != nil {
+		return fmt.Errorf("%s %s and %s %s: %w", where("tls-cert"), cfg.tlsCert, where("tls-key"), cfg.tlsKey, err)
+	}
+	if cfg.tlsClientCA != "" {
+		pem, _ := os.ReadFile(cfg.tlsClientCA)
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: %s holds no PEM certificate", where("tls-client-ca"), cfg.tlsClientCA)
+		}
+	}
+	return nil
 }
 
 // splitHostPortFlag parses a host:port value, naming where it came from (the flag, the

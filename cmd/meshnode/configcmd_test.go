@@ -58,13 +58,49 @@ join = ["127.0.0.1:7000", "127.0.0.1:7001"]
 	}
 }
 
+// The configuration file may be YAML (.yaml or .yml) instead of TOML: the same keys,
+// a repeatable flag as a sequence, the same precedence and sources.
+func TestBinaryConfig_YAMLFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "meshnode.yaml")
+	if err := os.WriteFile(file, []byte(`node-id: from-yaml
+max-relayed-requests: 64
+relay-timeout: 5s
+join:
+  - 127.0.0.1:7000
+  - 127.0.0.1:7001
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MESHNODE_MAX_RELAYED_REQUESTS", "32")
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"config", "--config", file}, &out, &errb); err != nil {
+		t.Fatalf("meshnode config: %v (%s)", err, errb.String())
+	}
+	table := out.String()
+	for _, tc := range []struct{ name, value, source string }{
+		{"node-id", "from-yaml", "file " + file},
+		{"join", "127.0.0.1:7000,127.0.0.1:7001", "file " + file},
+		{"relay-timeout", "5s", "file " + file},
+		{"max-relayed-requests", "32", "env MESHNODE_MAX_RELAYED_REQUESTS"},
+		{"config", file, "flag"},
+	} {
+		if v, src := configLine(t, table, tc.name); v != tc.value || src != tc.source {
+			t.Errorf("%s = %q from %q, want %q from %q", tc.name, v, src, tc.value, tc.source)
+		}
+	}
+}
+
 // A bad key or value names the key and its source, and serve fails the same way.
 func TestBinaryConfig_BadKeyOrValueNamesItsSource(t *testing.T) {
 	dir := t.TempDir()
 	unknown := filepath.Join(dir, "unknown.toml")
 	badValue := filepath.Join(dir, "bad.toml")
+	unknownYAML := filepath.Join(dir, "unknown.yml")
+	badYAML := filepath.Join(dir, "bad.yaml")
 	_ = os.WriteFile(unknown, []byte("no-such-key = 1\n"), 0o600)
 	_ = os.WriteFile(badValue, []byte("mesh-timing = \"wan\"\n"), 0o600)
+	_ = os.WriteFile(unknownYAML, []byte("no-such-key: 1\n"), 0o600)
+	_ = os.WriteFile(badYAML, []byte("mesh-timing: wan\n"), 0o600)
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -73,6 +109,8 @@ func TestBinaryConfig_BadKeyOrValueNamesItsSource(t *testing.T) {
 	}{
 		{"unknown key in the file", nil, []string{"--config", unknown}, []string{unknown, `"no-such-key"`}},
 		{"bad value in the file", nil, []string{"--config", badValue}, []string{"config file " + badValue + " key mesh-timing", "wan"}},
+		{"unknown key in a YAML file", nil, []string{"--config", unknownYAML}, []string{unknownYAML, `"no-such-key"`}},
+		{"bad value in a YAML file", nil, []string{"--config", badYAML}, []string{"config file " + badYAML + " key mesh-timing", "wan"}},
 		{"bad value in the environment", map[string]string{"MESHNODE_MAX_CONNECTIONS": "lots"}, nil, []string{"MESHNODE_MAX_CONNECTIONS"}},
 		{"bad value in the environment, checked", map[string]string{"MESHNODE_FRAME_TIMEOUT": "0s"}, nil, []string{"environment variable MESHNODE_FRAME_TIMEOUT"}},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "absent.toml")}, []string{"absent.toml"}},

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +217,78 @@ func TestBinaryBadFlagsNameTheFlag(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--stream", "udp://127.0.0.1:0", "--admin", ""}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "udp://") {
 		t.Errorf("bad scheme: %v", err)
+	}
+}
+
+// A duplicated listener and a missing, unreadable or malformed TLS file fail the start
+// (serve and config alike) with a message naming the listener or the file and the flag,
+// environment variable or config key that set it; nothing is left listening.
+func TestBinaryStartFailsNamingDuplicateListenerOrBadTLSFile(t *testing.T) {
+	dir := t.TempDir()
+	pki, err := testkit.NewPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key, err := pki.Files(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not PEM\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(dir, "absent.pem")
+	cfgFile := filepath.Join(dir, "meshnode.toml")
+	if err := os.WriteFile(cfgFile, []byte("tls-key = \""+absent+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--admin", "", "--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0"}
+	tlsStream := []string{"--stream", "tls://127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"the same endpoint twice", nil, []string{"--stream", "tcp://127.0.0.1:7499", "--stream", "tcp://127.0.0.1:7499"},
+			[]string{"flag --stream", "tcp://127.0.0.1:7499", "twice"}},
+		{"two endpoints on one address", nil, []string{"--stream", "tcp://127.0.0.1:7499", "--stream", "ws://127.0.0.1:7499/"},
+			[]string{"flag --stream", "tcp://127.0.0.1:7499", "ws://127.0.0.1:7499/"}},
+		{"duplicate from the environment", map[string]string{"MESHNODE_STREAM": "tcp://127.0.0.1:7499,tcp://127.0.0.1:7499"}, nil,
+			[]string{"environment variable MESHNODE_STREAM", "twice"}},
+		{"missing certificate", nil, append(tlsStream, "--tls-cert", absent, "--tls-key", key), []string{"flag --tls-cert", absent}},
+		{"missing key from the config file", nil, append(tlsStream, "--tls-cert", cert, "--config", cfgFile),
+			[]string{"config file " + cfgFile + " key tls-key", absent}},
+		{"malformed certificate", nil, append(tlsStream, "--tls-cert", garbage, "--tls-key", key), []string{"--tls-cert", garbage}},
+		{"missing client CA", nil, append(tlsStream, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", absent),
+			[]string{"flag --tls-client-ca", absent}},
+		{"malformed client CA", map[string]string{"MESHNODE_TLS_CLIENT_CA": garbage}, append(tlsStream, "--tls-cert", cert, "--tls-key", key),
+			[]string{"environment variable MESHNODE_TLS_CLIENT_CA", garbage}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			for _, cmd := range []string{"serve", "config"} {
+				// Bounded: were the check missing, serve would start and serve until this ends.
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := run(ctx, append(append([]string{cmd}, base...), tc.args...), io.Discard, io.Discard)
+				cancel()
+				if err == nil {
+					t.Fatalf("%s: no error", cmd)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%s: %q does not name %q", cmd, err, w)
+					}
+				}
+			}
+		})
+	}
+	// The same files, well formed, are accepted.
+	if err := run(context.Background(), append(append([]string{"config"}, base...),
+		"--stream", "tls://127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca), io.Discard, io.Discard); err != nil {
+		t.Errorf("good TLS files: %v", err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelmetric "go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/metric"
@@ -361,9 +362,15 @@ func badCarriers(t *testing.T, r *metric.ManualReader, where string) int64 {
 
 // TestTraceOffByDefault: a node without a TracerProvider records nothing, even for a
 // packet that carries a traceparent, and a connector without one adds no metadata.
+// Config.TracerProvider nil means off, not otel's global provider: one installed as the
+// global records nothing either.
 func TestTraceOffByDefault(t *testing.T) {
 	var seen []string
 	var mu sync.Mutex
+	global := tracetest.NewInMemoryExporter()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(provider(t, global, "global"))
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	f := fleet.Start(t, 1, fleet.Options{})
 	c := f.Connect(t, 0)
 	id := f.IDOn(t, "probe", 0, "off-")
@@ -390,6 +397,11 @@ func TestTraceOffByDefault(t *testing.T) {
 		if strings.HasPrefix(e, "meta ") && strings.Contains(e, "trace") {
 			t.Errorf("an untraced relay carried trace metadata: %s", e)
 		}
+	}
+	// The bind (a STREAM request), the relay and the Actor's turn are done: with tracing
+	// on through the global provider their spans would have been exported (a syncer).
+	if spans := global.GetSpans(); len(spans) != 0 {
+		t.Errorf("a node with Config.TracerProvider nil traced through otel's global provider: %d spans, first %q", len(spans), spans[0].Name)
 	}
 }
 
