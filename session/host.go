@@ -261,13 +261,13 @@ func quietActorLogger(base *slog.Logger) func(*actor.ActorSystem) *slog.Logger {
 func loadTLS(b *NodeBuilder) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(b.certPath, b.keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTLSConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrTLSConfig, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if b.requireClient {
 		pem, err := os.ReadFile(b.clientCAPath)
 		if err != nil {
-			return nil, fmt.Errorf("%w: client CA: %v", ErrTLSConfig, err)
+			return nil, fmt.Errorf("%w: client CA: %w", ErrTLSConfig, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
