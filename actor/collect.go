@@ -82,6 +82,7 @@ type Stats struct {
 	MovesRefused    int64 // moves to this node it refused (bad state, unknown kind, ...)
 	Followed        int64 // records forwarded to an Actor that moved away (Message Follow)
 	Duplicates      int64 // second activations of one Actor the directory retired
+	DirectoryPulls  int64 // members this node asked for their activations (directory rebuilds)
 	Quorum          bool  // this node sees a majority of the mesh (keep-majority)
 }
 
@@ -93,7 +94,7 @@ func (h *Host) Stats() Stats {
 	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
 		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
 		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
-		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), Quorum: h.quorum.has()}
+		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), Quorum: h.quorum.has()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {

@@ -59,6 +59,7 @@ type RendezvousDirectory struct {
 	syncGen        uint64                   // the latest rebuild
 	rebuilding     bool
 	synced         map[mesh.NodeID]bool // members whose activations the last rebuild merged
+	syncedLive     map[mesh.NodeID]bool // the live members the last complete rebuild saw
 	releasedDuring map[RouteFence]bool  // activations released while a rebuild runs
 }
 

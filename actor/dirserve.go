@@ -261,20 +261,42 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 				h.system.Root.Send(proto.NewPID(mem.RemoteAddr, directoryActorName), &meshpb.SyncResponse{Hosted: list, ToGeneration: mem.ID.Generation})
 			}
 		}
-		// Pull: every member's activations, for the ids this node now holds.
+		// Pull: every member's activations, for the ids this node now holds. When the
+		// view only grew since the last complete rebuild (members joined, none left or
+		// failed), this node holds a subset of the ids it held (rendezvous hashing moves
+		// ids only to the new members) and its entries of them are current (placements,
+		// moves and stops all go through the holder): only the members it has not merged
+		// yet are asked. A join then costs each member one pull, not one per member.
 		var mu sync.Mutex
 		all := append([]*meshpb.Hosted(nil), own...)
 		synced := map[mesh.NodeID]bool{self: true}
-		var wg sync.WaitGroup
+		liveSet := make(map[mesh.NodeID]bool, len(live))
 		for _, m := range live {
-			if m.ID == self {
-				continue
+			liveSet[m.ID] = true
+		}
+		d.mu.Lock()
+		if d.syncedLive != nil && grewFrom(d.syncedLive, liveSet) {
+			for id := range d.synced {
+				if liveSet[id] {
+					synced[id] = true
+				}
 			}
+		}
+		d.mu.Unlock()
+		var ask []mesh.Member
+		for _, m := range live {
+			if !synced[m.ID] {
+				ask = append(ask, m)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, m := range ask {
 			wg.Add(1)
 			go func(id mesh.NodeID) {
 				defer wg.Done()
 				sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 				defer cancel()
+				h.dirPulls.Add(1)
 				res, err := h.ask(sctx, id, &meshpb.SyncRequest{FromRid: self.RID, FromGeneration: self.Generation})
 				if err != nil {
 					h.log.Debug("actor: directory sync request failed", "member", id.String(), "err", err)
@@ -307,12 +329,23 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 		d.merge(all)
 		d.mu.Lock()
 		d.synced = synced
+		d.syncedLive = liveSet
 		d.rebuilding = false
 		d.releasedDuring = nil
 		close(d.ready)
 		d.mu.Unlock()
 		return
 	}
+}
+
+// grewFrom reports whether every member of before is still in now.
+func grewFrom(before, now map[mesh.NodeID]bool) bool {
+	for id := range before {
+		if !now[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // merge enters reported activations of the ids this node holds. Two activations of one

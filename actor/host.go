@@ -130,6 +130,7 @@ type Host struct {
 	movesRefused atomic.Int64
 	followed     atomic.Int64
 	duplicates   atomic.Int64
+	dirPulls     atomic.Int64 // Stats.DirectoryPulls
 	draining     atomic.Bool
 	failMu       sync.Mutex
 	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin

@@ -390,6 +390,63 @@ func TestDirectory_JoinMovesEntriesNotActors(t *testing.T) {
 	}
 }
 
+// A join costs the directory one pull per member, not one per pair: the members that
+// saw the view only grow ask only the newcomer for its activations (their entries are
+// current, and rendezvous hashing moves ids only to the newcomer), and the newcomer
+// asks each of them. Lookups from every node still agree afterwards.
+func TestDirectory_JoinPullsOnlyFromTheNewMember(t *testing.T) {
+	c := startReloc(t, 5)
+	ctx := reqCtx(t)
+	c.Stop(4)
+	if err := c.WaitConverged(wait); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]actor.RouteFence{}
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("p%d", i)
+		f, err := c.host(i%4).Lookup(ctx, "counter", id) // every node has rebuilt since the departure
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = f
+	}
+	pulls := func(nodes int) (n int64) {
+		for i := range nodes {
+			n += c.host(i).Stats().DirectoryPulls
+		}
+		return n
+	}
+	before := pulls(4)
+	c.Restart(4)
+	if err := c.WaitConverged(wait); err != nil {
+		t.Fatal(err)
+	}
+	for id, f := range want {
+		for i := range 5 { // a lookup waits for its node's rebuild
+			got, err := c.host(i).Lookup(ctx, "counter", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != f {
+				t.Fatalf("after the join node %d finds %s at %s, want %s", i, id, got, f)
+			}
+		}
+	}
+	// A node answers from the entries pushed to it while its own rebuild still runs:
+	// wait for the pulls themselves. (The newcomer pulls when it first needs to place an
+	// Actor: it joined before its directory listened for membership changes.)
+	if err := c.WaitUntil(wait, func() bool { return pulls(4)-before >= 4 }); err != nil {
+		t.Fatalf("the members made %d pulls after the join, want one each", pulls(4)-before)
+	}
+	old := pulls(4) - before
+	t.Logf("the join cost %d pulls by the 4 members", old)
+	// Every member asking every other (as before) would be 16 by the four; now each
+	// asks the newcomer, once, or again if a membership change interrupted it.
+	if old > 8 {
+		t.Errorf("the 4 members made %d pulls for one join, want 4 (at most 8)", old)
+	}
+}
+
 // When the node holding some directory entries is killed, the new holders rebuild the
 // entries from what the survivors host: Actors on survivors are found where they are,
 // Actors of the dead node are activated anew, never twice.
