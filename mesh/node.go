@@ -132,6 +132,15 @@ var (
 	ErrConfig = fault.New(fault.NotConfigured, "mesh: configuration error")
 )
 
+// grpcWindow is the fixed gRPC flow-control window (per stream and per connection) of
+// the remote streams between nodes. With gRPC's default dynamic window, every message
+// that arrives when no estimate is in flight makes the receiver send a window update
+// and a bandwidth-estimation ping, and the sender answer the ping: three writes per
+// message instead of one, which is most of a lone request's cost. A fixed window turns
+// the estimation off. 4 MiB is less than the 16 MiB the estimate may grow to, and the
+// peer window (flow.go) bounds what is in flight anyway.
+const grpcWindow = 4 << 20
+
 // Start starts a node: it binds the gossip and remote ports, joins the seeds (retrying
 // in the background with backoff when none answers) and starts receiving records.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
@@ -207,7 +216,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 2 * time.Second}),
+			grpc.WithInitialWindowSize(grpcWindow),
+			grpc.WithInitialConnWindowSize(grpcWindow),
 		),
+		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow)),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a
 		// few messages: start it small (16,384 slots were 256 KiB zeroed per peer, an
