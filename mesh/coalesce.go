@@ -56,10 +56,75 @@ const (
 
 // batchBuf is one envelope's worth of encoded records.
 type batchBuf struct {
-	data    []byte
+	w       *wireBatch // nil until the first record
 	records int
 	bytes   int64 // the records' frame bytes, as the window counts them
 }
+
+// wireBatch is one coalesced envelope, encoded in place: its buffer starts with room
+// for the envelope's head (identities, number, acknowledgement and the batch field's
+// key), and the records are appended after that room, so the head is written in front
+// of them when the envelope is sealed and protoactor sends the encoding as it is
+// (remote.EncodedMessage): the batch is not copied into an Envelope and marshaled
+// again. Once gRPC has copied it (remote.SentNotifier) the buffer is reused.
+type wireBatch struct {
+	buf  []byte // the head room, then the records
+	room int    // the head room's size
+	enc  []byte // the sealed envelope's encoding: the end of the room and the records
+}
+
+// maxPooledBatch: a batch buffer larger than this (one huge record) is not kept.
+const maxPooledBatch = 2 * maxBatchBytes
+
+var batchPool = sync.Pool{New: func() any { return new(wireBatch) }}
+
+// newWireBatch returns an empty batch with room for a head of room bytes and space
+// for about size bytes of records.
+func newWireBatch(room, size int) *wireBatch {
+	w := batchPool.Get().(*wireBatch)
+	if cap(w.buf) < room+size {
+		w.buf = make([]byte, room, room+size)
+	}
+	w.buf, w.room, w.enc = w.buf[:room], room, nil
+	return w
+}
+
+// records returns the batch field's content: the encoded records.
+func (w *wireBatch) records() []byte { return w.buf[w.room:] }
+
+// seal writes the envelope's head in front of the records.
+func (w *wireBatch) seal(from, to NodeID, seq, ack uint64) {
+	n := len(w.buf) - w.room
+	size := meshpb.EnvelopeHeadSize(from.RID, from.Generation, to.RID, to.Generation, seq, ack, n)
+	start := w.room - size
+	head := meshpb.AppendEnvelopeHead(w.buf[start:start], from.RID, from.Generation, to.RID, to.Generation, seq, ack)
+	meshpb.AppendBatchKey(head, n)
+	w.enc = w.buf[start:]
+}
+
+// EncodedProto returns the sealed envelope's encoding (remote.EncodedMessage).
+func (w *wireBatch) EncodedProto() ([]byte, string) { return w.enc, envelopeTypeName }
+
+// Deserialize decodes the envelope (remote.RootSerialized; protoactor never calls
+// it on the sending side, which is the only side a wireBatch exists on).
+func (w *wireBatch) Deserialize() (remote.RootSerializable, error) {
+	env := new(meshpb.Envelope)
+	if err := env.UnmarshalAliasing(w.enc); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// Sent returns the buffer to the pool: gRPC copied the envelope (remote.SentNotifier).
+func (w *wireBatch) Sent() {
+	w.enc = nil
+	if cap(w.buf) > maxPooledBatch {
+		w.buf = nil
+	}
+	batchPool.Put(w)
+}
+
+var envelopeTypeName = string((*meshpb.Envelope)(nil).ProtoReflect().Descriptor().FullName())
 
 // outbox is a link's records waiting for the next envelope, and the placeholder
 // protoactor turns into that envelope. Its fields are guarded by link.mu.
@@ -69,6 +134,7 @@ type outbox struct {
 	cur      batchBuf   // filling
 	sealed   []batchBuf // full, waiting in order before cur
 	lastSize int        // the last batch's size: the next buffer's capacity
+	headRoom int        // room for an envelope head in front of a batch (wireBatch)
 	posted   bool       // a placeholder is in the endpoint writer's queue
 	postedAt time.Time  // when it was posted
 }
@@ -146,14 +212,14 @@ func (n *Node) outboxSweep() {
 // append encodes one record into the filling batch (under link.mu).
 func (o *outbox) append(target string, frames [][]byte, size int64) {
 	need := binary.MaxVarintLen64 + len(target) + batchHeader + int(size)
-	if o.cur.records > 0 && (o.cur.records >= maxBatchRecords || len(o.cur.data)+need > maxBatchBytes) {
+	if o.cur.records > 0 && (o.cur.records >= maxBatchRecords || len(o.cur.w.records())+need > maxBatchBytes) {
 		o.sealed = append(o.sealed, o.cur)
 		o.cur = batchBuf{}
 	}
-	if o.cur.data == nil {
-		o.cur.data = make([]byte, 0, max(need, min(o.lastSize, maxBatchBytes)))
+	if o.cur.w == nil {
+		o.cur.w = newWireBatch(o.headRoom, max(need, min(o.lastSize, maxBatchBytes)))
 	}
-	o.cur.data = appendBatchRecord(o.cur.data, target, frames)
+	o.cur.w.buf = appendBatchRecord(o.cur.w.buf, target, frames)
 	o.cur.records++
 	o.cur.bytes += size
 }
@@ -185,22 +251,29 @@ func (o *outbox) post() {
 
 // clear forgets every queued record (under link.mu; the link died).
 func (o *outbox) clear() {
-	o.cur, o.sealed = batchBuf{}, nil
+	o.cur, o.sealed = batchBuf{}, nil // their buffers go to the garbage collector
 }
 
 // Serialize is called by protoactor's endpoint writer when it is about to send the
-// placeholder: the records queued until now become one envelope. Records beyond one
-// envelope's bounds stay queued, and a new placeholder is posted for them.
+// placeholder: the records queued until now become one envelope (a sealed
+// wireBatch), or an acknowledgement only (an Envelope with no batch) when nothing is
+// queued. Records beyond one envelope's bounds stay queued, and a new placeholder is
+// posted for them.
 func (o *outbox) Serialize() (remote.RootSerialized, error) {
-	return o.take(), nil
+	w, ack := o.take()
+	if w == nil {
+		l := o.link
+		return &meshpb.Envelope{FromRid: l.n.id.RID, FromGeneration: l.n.id.Generation,
+			ToRid: l.id.RID, ToGeneration: l.id.Generation, Ack: ack}, nil
+	}
+	return w, nil
 }
 
-// take makes the next envelope from the queue: a numbered batch, or an
-// acknowledgement only when nothing is queued.
-func (o *outbox) take() *meshpb.Envelope {
+// take seals the next envelope of the queue: a numbered batch, or nil when nothing is
+// queued; ack is the acknowledgement it (or the envelope sent instead) carries.
+func (o *outbox) take() (w *wireBatch, ack uint64) {
 	l := o.link
 	n := l.n
-	env := &meshpb.Envelope{FromRid: n.id.RID, FromGeneration: n.id.Generation, ToRid: l.id.RID, ToGeneration: l.id.Generation}
 	l.mu.Lock()
 	var b batchBuf
 	if len(o.sealed) > 0 {
@@ -210,34 +283,40 @@ func (o *outbox) take() *meshpb.Envelope {
 	} else {
 		b, o.cur = o.cur, batchBuf{}
 	}
+	var seq uint64
 	if b.records > 0 {
-		o.lastSize = len(b.data)
-		env.Batch = b.data
+		o.lastSize = len(b.w.records())
 		l.nextSeq++
-		env.Seq = l.nextSeq
-		l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, records: b.records, bytes: b.bytes})
+		seq = l.nextSeq
+		l.inflight = append(l.inflight, inflightEntry{seq: seq, records: b.records, bytes: b.bytes})
 		n.flow.envelopes.Add(1)
 	}
-	env.Ack = l.recvSeq.Load()
+	ack = l.recvSeq.Load()
 	if len(o.sealed) > 0 || o.cur.records > 0 {
 		o.post()
 	} else {
 		o.posted = false
 	}
 	l.mu.Unlock()
-	if env.Ack > 0 {
-		l.acked(env.Ack)
+	if ack > 0 {
+		l.acked(ack)
 	}
-	return env
+	if b.records == 0 {
+		return nil, ack
+	}
+	b.w.seal(n.id, l.id, seq, ack)
+	return b.w, ack
 }
 
 // undelivered handles a placeholder that protoactor could not send (no connection
 // to the peer): its records are numbered as if sent, so that the peer's next
 // acknowledgement releases them, and each is reported as a dead letter.
 func (o *outbox) undelivered() {
-	env := o.take()
-	if len(env.Batch) > 0 {
-		o.link.n.deadBatch(env)
+	w, _ := o.take()
+	if w != nil {
+		l := o.link
+		o.link.n.deadBatch(&meshpb.Envelope{FromRid: l.n.id.RID, FromGeneration: l.n.id.Generation,
+			ToRid: l.id.RID, ToGeneration: l.id.Generation, Batch: w.records()})
 	}
 }
 

@@ -130,6 +130,7 @@ func (f *flow) link(id NodeID) *peerLink {
 	}
 	l := &peerLink{n: f.n, id: id}
 	l.outbox.link, l.outbox.pid = l, f.n.recordsPID(mem.RemoteAddr)
+	l.outbox.headRoom = len(f.n.id.RID) + len(id.RID) + meshpb.MaxEnvelopeHead
 	next := make(map[NodeID]*peerLink, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v

@@ -178,6 +178,8 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 	senderNames := make(map[string]int32)
 	senderNamesArr := make([]*actor.PID, 0)
 
+	var sent []SentNotifier // meshnode patch (8): told once gRPC has the batch
+
 	var (
 		header       *MessageHeader
 		typeID       int32
@@ -222,6 +224,9 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 			if err != nil {
 				state.remote.Logger().Error("EndpointWriter failed to serialize message", slog.String("address", state.address), slog.Any("error", err), slog.Any("message", v))
 				continue
+			}
+			if s, ok := message.(SentNotifier); ok {
+				sent = append(sent, s)
 			}
 		}
 
@@ -270,6 +275,10 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 		ctx.Stash()
 		state.remote.Logger().Debug("gRPC Failed to send", slog.String("address", state.address), slog.Any("error", err))
 		ctx.Stop(ctx.Self())
+		return
+	}
+	for _, s := range sent {
+		s.Sent()
 	}
 }
 

@@ -15,6 +15,10 @@ func newProtoSerializer() *protoSerializer {
 }
 
 func (p *protoSerializer) Serialize(msg interface{}) ([]byte, error) {
+	if m, ok := msg.(EncodedMessage); ok { // meshnode patch (8)
+		data, _ := m.EncodedProto()
+		return data, nil
+	}
 	if message, ok := msg.(proto.Message); ok {
 		bytes, err := proto.Marshal(message)
 		if err != nil {
@@ -31,11 +35,18 @@ func (p *protoSerializer) Deserialize(typeName string, bytes []byte) (interface{
 
 	pm := n.New().Interface()
 
+	if a, ok := pm.(AliasingUnmarshaler); ok { // meshnode patch (8)
+		return pm, a.UnmarshalAliasing(bytes)
+	}
 	err := proto.Unmarshal(bytes, pm)
 	return pm, err
 }
 
 func (protoSerializer) GetTypeName(msg interface{}) (string, error) {
+	if m, ok := msg.(EncodedMessage); ok { // meshnode patch (8)
+		_, name := m.EncodedProto()
+		return name, nil
+	}
 	if message, ok := msg.(proto.Message); ok {
 		typeName := proto.MessageName(message)
 

@@ -49,3 +49,29 @@ type RootSerialized interface {
 	//   ByteString -> IRootSerialized -> Message
 	Deserialize() (RootSerializable, error)
 }
+
+// meshnode patch (8): three optional interfaces that let a message's owner skip the
+// copies of the generic path. See README.meshnode.md.
+
+// EncodedMessage is a root-level serialized message that already holds its own
+// protobuf encoding (its owner wrote it while queueing): the proto serializer sends
+// those bytes as they are, under TypeName, instead of marshaling a copy.
+type EncodedMessage interface {
+	RootSerialized
+	// EncodedProto returns the message's protobuf encoding and full type name.
+	EncodedProto() (data []byte, typeName string)
+}
+
+// AliasingUnmarshaler is a message type whose decoder may keep sub-slices of the
+// bytes it decodes. The endpoint reader's message bytes are its own copy, made when
+// the gRPC batch was decoded and never written again, so such a decoder does not
+// copy its bytes fields a second time.
+type AliasingUnmarshaler interface {
+	UnmarshalAliasing(data []byte) error
+}
+
+// SentNotifier is a serialized message that is told when the batch carrying it has
+// been handed to gRPC (which copied it): its buffers may then be reused.
+type SentNotifier interface {
+	Sent()
+}
