@@ -26,7 +26,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
+	"github.com/meshnode/meshnode/internal/grpcbuf"
 	"github.com/meshnode/meshnode/internal/logfloor"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -141,6 +143,9 @@ var (
 // peer window (flow.go) bounds what is in flight anyway.
 const grpcWindow = 4 << 20
 
+// grpcBuffers is the buffer pool of every node's gRPC connections (see grpcbuf).
+var grpcBuffers grpcbuf.Pool
+
 // Start starts a node: it binds the gossip and remote ports, joins the seeds (retrying
 // in the background with backoff when none answers) and starts receiving records.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
@@ -218,8 +223,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 2 * time.Second}),
 			grpc.WithInitialWindowSize(grpcWindow),
 			grpc.WithInitialConnWindowSize(grpcWindow),
+			experimental.WithBufferPool(&grpcBuffers),
 		),
-		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow)),
+		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+			experimental.BufferPool(&grpcBuffers)),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a
 		// few messages: start it small (16,384 slots were 256 KiB zeroed per peer, an
