@@ -144,7 +144,10 @@ var (
 const grpcWindow = 4 << 20
 
 // grpcBuffers is the buffer pool of every node's gRPC connections (see grpcbuf).
-var grpcBuffers grpcbuf.Pool
+var (
+	grpcBuffers grpcbuf.Pool
+	grpcCodec   = grpcbuf.Codec{Pool: &grpcBuffers}
+)
 
 // Start starts a node: it binds the gossip and remote ports, joins the seeds (retrying
 // in the background with backoff when none answers) and starts receiving records.
@@ -224,9 +227,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			grpc.WithInitialWindowSize(grpcWindow),
 			grpc.WithInitialConnWindowSize(grpcWindow),
 			experimental.WithBufferPool(&grpcBuffers),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcCodec)),
 		),
 		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
-			experimental.BufferPool(&grpcBuffers)),
+			experimental.BufferPool(&grpcBuffers), grpc.ForceServerCodecV2(grpcCodec)),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a
 		// few messages: start it small (16,384 slots were 256 KiB zeroed per peer, an
