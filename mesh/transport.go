@@ -123,7 +123,7 @@ func (n *Node) accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok b
 		n.drop(DropStaleTarget, from, "sender is not a current member", nil)
 		return from, nil, false
 	}
-	rec, err := wire.Decode(env.Frames)
+	rec, err := wire.DecodeOwned(env.Frames)
 	if err != nil {
 		n.drop(DropDecodeError, from, "malformed record", err)
 		return from, nil, false
