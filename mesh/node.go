@@ -30,6 +30,7 @@ import (
 
 	"github.com/meshnode/meshnode/internal/grpcbuf"
 	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/mesh/gossipnet"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
@@ -183,13 +184,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
 	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions}, "", 0)
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{cfg.BindHost}, BindPort: cfg.MeshPort, Logger: mlLogger,
-	})
+	nt, err := gossipnet.New([]string{cfg.BindHost}, cfg.MeshPort, mlLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
 	}
-	meshPort := nt.GetAutoBindPort()
+	meshPort := nt.Port()
 	n.meshAddr = net.JoinHostPort(cfg.AdvertiseHost, strconv.Itoa(meshPort))
 	if cfg.RID == "" {
 		cfg.RID = n.meshAddr
