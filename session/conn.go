@@ -162,6 +162,12 @@ func (c *conn) close(cause closeCause) bool {
 		close(c.closing)
 	})
 	if first {
+		if cause.reason == wire.CloseTransportError && cause.err != nil {
+			// The error callback is queued before the teardown can queue the disconnect
+			// callback: once the owner ran that one it stops, and a transport error
+			// posted after it would never be reported.
+			c.host.system.Root.Send(c.pid, &transportFault{err: cause.err})
+		}
 		// The teardown waits for an in-flight write and the read loop; it is the one
 		// goroutine a closing connection adds (an idle one has only its read loop).
 		go c.teardown()

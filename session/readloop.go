@@ -432,9 +432,7 @@ func isClientClose(err error) bool {
 // transportError reports a transport error of this session to its error callback and
 // closes it (seed §7).
 func (c *conn) transportError(err error) {
-	if c.close(closeCause{reason: wire.CloseTransportError, err: err}) {
-		c.host.system.Root.Send(c.pid, &transportFault{err: err})
-	}
+	c.close(closeCause{reason: wire.CloseTransportError, err: err}) // posts the callback (close)
 }
 
 // inlineBody is the largest frame (header and payload) that shares one allocation with
