@@ -94,6 +94,16 @@ type Room struct {
 	State RoomState
 }
 
+// roomEcho is the answer to room.echo: a struct rather than a map, which encoding/json
+// encodes by reflection on every call (a quarter of a bound request's allocations).
+// The fields are in the order the map's sorted keys had, so the bytes are the same.
+type roomEcho struct {
+	Actor   string          `json:"actor"`
+	Node    string          `json:"node"`
+	Payload json.RawMessage `json:"payload"`
+	Served  int64           `json:"served"`
+}
+
 // RoomState is the part of a Room that moves with it to another node.
 type RoomState struct {
 	Served int64 `msgpack:"served"`
@@ -114,7 +124,7 @@ func (r *Room) Receive(ctx *actor.Context) {
 			return
 		}
 		r.State.Served++
-		_ = ctx.Reply(map[string]any{"actor": self.ID, "node": self.Node.RID, "payload": payload, "served": r.State.Served})
+		_ = ctx.Reply(roomEcho{Actor: self.ID, Node: self.Node.RID, Payload: payload, Served: r.State.Served})
 	case p.Name == "room.say":
 		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
 	case p.Request:
