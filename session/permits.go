@@ -67,17 +67,8 @@ func newPermitPool(limit int) *permitPool {
 // acquire takes one permit, waiting while none is free. It gives up when ctx is done or
 // stop is closed, and then reports false.
 func (p *permitPool) acquire(ctx context.Context, stop <-chan struct{}) bool {
-	if p.nwait.Load() == 0 {
-		for {
-			n := p.inUse.Load()
-			if n >= p.limit {
-				break
-			}
-			if p.inUse.CompareAndSwap(n, n+1) {
-				p.afterAcquire(n + 1)
-				return true
-			}
-		}
+	if p.tryAcquire() {
+		return true
 	}
 	p.mu.Lock()
 	// Announce the waiter before looking at inUse: a release that decrements after our
@@ -121,6 +112,23 @@ func (p *permitPool) acquire(ctx context.Context, stop <-chan struct{}) bool {
 	p.nwait.Add(-1)
 	p.mu.Unlock()
 	return false
+}
+
+// tryAcquire takes a free permit when nobody waits for one, without waiting.
+func (p *permitPool) tryAcquire() bool {
+	if p.nwait.Load() != 0 {
+		return false
+	}
+	for {
+		n := p.inUse.Load()
+		if n >= p.limit {
+			return false
+		}
+		if p.inUse.CompareAndSwap(n, n+1) {
+			p.afterAcquire(n + 1)
+			return true
+		}
+	}
 }
 
 func (p *permitPool) afterAcquire(n int64) {

@@ -232,6 +232,9 @@ func (c *conn) waitIngress() bool {
 // acquirePermit waits for a host-wide permit. While it waits, the idle clock stands
 // still: the client is waiting on us, not idle.
 func (c *conn) acquirePermit() bool {
+	if c.host.permits.tryAcquire() {
+		return true // no wait: the idle clock was just set by the frame
+	}
 	if c.node.cfg.idleTimeout <= 0 {
 		return c.host.permits.acquire(c.ctx, c.closing)
 	}
