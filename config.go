@@ -47,9 +47,8 @@ type Config struct {
 	PeerWindowRecords int
 	PeerWindowBytes   int64
 	// NoRecordCoalescing sends each record toward a peer node as a message of its own
-	// instead of coalescing the records queued at the same moment into one, and copies
-	// received records' strings instead of pointing into their frames (the fast paths;
-	// off only to compare or to run the suites without them).
+	// instead of coalescing the records queued at the same moment into one (the fast
+	// path; off only to compare or to run the suites without it).
 	NoRecordCoalescing bool
 
 	// STREAM: clients connect here. Without Streams the node has no STREAM listener

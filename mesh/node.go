@@ -79,9 +79,8 @@ type Config struct {
 	// DNS names (default /etc/resolv.conf; the system resolver is the fallback).
 	DNSConfigPath string
 	// NoCoalescing sends every record toward a peer as a protoactor message of its own
-	// instead of coalescing the records queued at the same moment (coalesce.go), and
-	// decodes received records with copies of their strings (wire.Decode, not
-	// DecodeOwned): the switch that lets the suites run with the fast paths off.
+	// instead of coalescing the records queued at the same moment (coalesce.go): the
+	// switch that lets the suites run with the fast path off.
 	NoCoalescing bool
 	// AdminAddr is this node's admin HTTP host:port, gossiped to the other members (as
 	// Member.AdminAddr) so that one node's operator dashboard can read every member's

@@ -123,14 +123,7 @@ func (n *Node) accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok b
 		n.drop(DropStaleTarget, from, "sender is not a current member", nil)
 		return from, nil, false
 	}
-	// With the fast paths on, the record's strings point into the received frames
-	// (wire.DecodeOwned); NoRecordCoalescing turns that off with the coalescing.
-	var err error
-	if n.coalesce {
-		rec, err = wire.DecodeOwned(env.Frames)
-	} else {
-		rec, err = wire.Decode(env.Frames)
-	}
+	rec, err := wire.Decode(env.Frames)
 	if err != nil {
 		n.drop(DropDecodeError, from, "malformed record", err)
 		return from, nil, false

@@ -128,10 +128,7 @@ func (r *Records) SendToActor(ctx context.Context, to ActorAddr, rec *wire.Recor
 // Accept validates an inbound envelope (addressed to this node lifecycle, from a
 // current member, a well-formed record), counts and taps it, and returns the record.
 // Invalid envelopes are counted as dropped and logged; ok is then false. Actors that
-// receive records addressed straight to them call this before anything else. The
-// record's strings and payload point into the envelope's frames, which must not be
-// written again (no envelope's frames are: they are the receiver's own copy of what
-// arrived, or a record encoded for this one delivery).
+// receive records addressed straight to them call this before anything else.
 func (r *Records) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
 	return r.n.accept(env)
 }

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // Decode decodes one record from its frames (the transport's routing identity frame, if
@@ -16,15 +15,7 @@ import (
 // Checks run in this order, which decides the class when several rules are broken: head
 // (length, magic, major, command, flags), frame count, frame 0 body, metadata frame,
 // payload frame. Payload.Data aliases the last frame; every string is a copy.
-func Decode(frames [][]byte) (*Record, error) { return decode(frames, false) }
-
-// DecodeOwned is Decode for frames that are never written again (a record received
-// from another node: its frames point into the receiver's own copy of the envelope).
-// The record's strings point into the frames instead of being copied, as
-// Payload.Data always does: any of them keeps the frames' memory alive.
-func DecodeOwned(frames [][]byte) (*Record, error) { return decode(frames, true) }
-
-func decode(frames [][]byte, owned bool) (*Record, error) {
+func Decode(frames [][]byte) (*Record, error) {
 	if len(frames) == 0 {
 		return nil, &Error{Class: ClassFrameCount, Field: "head", Reason: "no frames", Offset: -1}
 	}
@@ -80,20 +71,14 @@ func decode(frames [][]byte, owned bool) (*Record, error) {
 	if plIdx >= 0 {
 		ph = payloadHead(frames[plIdx])
 	}
-	var f0s, mds, phs string
-	if owned {
-		f0s, mds, phs = unsafeString(f0), unsafeString(md), unsafeString(ph)
-	} else {
-		var sb strings.Builder
-		sb.Grow(len(f0) + len(md) + len(ph))
-		sb.Write(f0)
-		sb.Write(md)
-		sb.Write(ph)
-		all := sb.String()
-		f0s, mds, phs = all[:len(f0)], all[len(f0):len(f0)+len(md)], all[len(f0)+len(md):]
-	}
+	var sb strings.Builder
+	sb.Grow(len(f0) + len(md) + len(ph))
+	sb.Write(f0)
+	sb.Write(md)
+	sb.Write(ph)
+	all := sb.String()
 
-	r := reader{b: f0, s: f0s, off: HeadSize, end: len(f0), cmd: cmd}
+	r := reader{b: f0, s: all[:len(f0)], off: HeadSize, end: len(f0), cmd: cmd}
 	// One allocation per record: a block holding the Record, its body and every optional
 	// part the body or record may point to (bind tail, bound-session tail, route case,
 	// payload). Unused parts cost a few bytes; separate allocations would cost more.
@@ -177,14 +162,14 @@ func decode(frames [][]byte, owned bool) (*Record, error) {
 	}
 
 	if mdIdx >= 0 {
-		m, err := decodeMetadata(frames[mdIdx], mds, cmd, mdIdx)
+		m, err := decodeMetadata(frames[mdIdx], all[len(f0):len(f0)+len(md)], cmd, mdIdx)
 		if err != nil {
 			return nil, err
 		}
 		rec.Metadata = m
 	}
 	if plIdx >= 0 {
-		if err := decodePayload(frames[plIdx], phs, cmd, plIdx, pl); err != nil {
+		if err := decodePayload(frames[plIdx], all[len(f0)+len(md):], cmd, plIdx, pl); err != nil {
 			return nil, err
 		}
 		rec.Payload = pl
@@ -667,14 +652,6 @@ func decodePayload(f []byte, s string, cmd Command, frame int, p *Payload) error
 	r.closeCase(lenAt, saved, "length")
 	r.finish()
 	return errOrNil(r.err)
-}
-
-// unsafeString views b as a string without copying it; b must never change again.
-func unsafeString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // errOrNil keeps a nil *Error from becoming a non-nil error interface.
