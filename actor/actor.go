@@ -36,7 +36,10 @@ func (f RouteFence) String() string {
 type Message struct {
 	Name        string
 	ContentType string
-	Data        []byte
+	// Data is read-only. In a message that came from another node it points into the
+	// envelope that carried it, which may hold other records too (up to 64 KiB): copy
+	// it (bytes.Clone) to keep it past the turn without keeping that envelope.
+	Data []byte
 }
 
 // Started is the first message of every activation. Moved is true on the node an

@@ -30,8 +30,10 @@ type SessionEnded struct{ Session SessionID }
 // answered with Context.Reply or Context.ReplyError, exactly once; the client's
 // STREAM request completes with it.
 type SessionPacket struct {
-	Name     string
-	Codec    wire.Codec
+	Name  string
+	Codec wire.Codec
+	// Payload is read-only, and like Message.Data it may point into the envelope that
+	// carried it from another node: copy it to keep it past the turn.
 	Payload  []byte
 	Request  bool
 	Session  SessionID
