@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // Codec is gRPC's protobuf codec (google.golang.org/grpc/encoding/proto) with its
@@ -20,9 +21,9 @@ func (Codec) Name() string { return "proto" }
 // Marshal encodes v into one pooled buffer (a small message into a plain slice, as
 // gRPC's codec does).
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("grpcbuf: cannot marshal %T: not a proto.Message", v)
+	m := messageOf(v)
+	if m == nil {
+		return nil, fmt.Errorf("grpcbuf: cannot marshal %T: not a protobuf message", v)
 	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // Size just cached it
@@ -44,11 +45,22 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 // Unmarshal decodes data into v. proto.Unmarshal copies what it keeps, so the
 // buffers go back to their pool when it returns.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("grpcbuf: cannot unmarshal into %T: not a proto.Message", v)
+	m := messageOf(v)
+	if m == nil {
+		return fmt.Errorf("grpcbuf: cannot unmarshal into %T: not a protobuf message", v)
 	}
 	buf := data.MaterializeToBuffer(c.Pool)
 	defer buf.Free()
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}
+
+// messageOf accepts both protobuf APIs, as gRPC's codec does.
+func messageOf(v any) proto.Message {
+	switch v := v.(type) {
+	case protoadapt.MessageV1:
+		return protoadapt.MessageV2Of(v)
+	case protoadapt.MessageV2:
+		return v
+	}
+	return nil
 }

@@ -1,9 +1,12 @@
 package grpcbuf_test
 
 import (
+	"bytes"
 	"testing"
 
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshnode/meshnode/internal/grpcbuf"
 )
@@ -63,5 +66,44 @@ func BenchmarkPool_GetPut64KiB(b *testing.B) {
 	var p grpcbuf.Pool
 	for b.Loop() {
 		p.Put(p.Get(65_600))
+	}
+}
+
+// The codec round-trips a message of either protobuf API through pooled buffers, and
+// refuses what is not a protobuf message.
+func TestCodec_RoundTripBothAPIsAndRefusals(t *testing.T) {
+	c := grpcbuf.Codec{Pool: &grpcbuf.Pool{}}
+	for _, size := range []int{10, 5000} { // below and above gRPC's pooling threshold
+		in := wrapperspb.Bytes(bytes.Repeat([]byte{7}, size))
+		data, err := c.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := new(wrapperspb.BytesValue)
+		if err := c.Unmarshal(data, out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Value, in.Value) {
+			t.Fatalf("size %d: round trip changed the message", size)
+		}
+		data.Free()
+	}
+	v1 := protoadapt.MessageV1Of(wrapperspb.String("v1"))
+	data, err := c.Marshal(v1)
+	if err != nil {
+		t.Fatalf("a v1 message: %v", err)
+	}
+	var back wrapperspb.StringValue
+	if err := c.Unmarshal(data, &back); err != nil || back.Value != "v1" {
+		t.Fatalf("a v1 message round trip: %q, %v", back.Value, err)
+	}
+	if _, err := c.Marshal("not a message"); err == nil {
+		t.Error("a string was marshaled")
+	}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{1})}, new(int)); err == nil {
+		t.Error("unmarshaled into an int")
+	}
+	if c.Name() != "proto" {
+		t.Errorf("Name() = %q, want proto", c.Name())
 	}
 }
