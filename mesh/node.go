@@ -250,6 +250,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }))
 	if _, err := n.system.Root.SpawnNamed(recordsProps, recordsActorName); err != nil {
 		n.shutdownTransport()
+		_ = nt.Shutdown()
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
 	}
 
@@ -257,6 +258,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	meta, err := n.meta.encode()
 	if err != nil {
 		n.shutdownTransport()
+		_ = nt.Shutdown()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	n.members = newMembership(n.id, meta, n.log)
@@ -281,6 +283,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		n.members.stop()
 		n.shutdownTransport()
+		_ = nt.Shutdown() // memberlist shuts it down on some of its failures, not all
 		return nil, fmt.Errorf("mesh: memberlist: %w", err)
 	}
 	n.members.list = list
