@@ -217,26 +217,7 @@ func TestCoalesce_ConcurrentSendersEachRecordOnce(t *testing.T) {
 		n.Add(1)
 	})
 	to := c.Node(1).ID()
-	var wg sync.WaitGroup
-	errs := make(chan error, senders)
-	for s := range senders {
-		wg.Go(func() {
-			for i := range each {
-				if err := c.Node(0).Records().Send(context.Background(), to, bindRecord(uint64(s*each+i+1), to)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if err := c.WaitUntil(wait, func() bool { return n.Load() == senders*each }); err != nil {
-		t.Fatalf("%d of %d records arrived", n.Load(), senders*each)
-	}
+	sendConcurrently(t, c, senders, each, func(k int) *wire.Record { return bindRecord(uint64(k+1), to) }, &n)
 	if dup.Load() != 0 {
 		t.Fatalf("%d records delivered twice", dup.Load())
 	}
@@ -268,34 +249,15 @@ func TestCoalesce_ReusedBuffersNeverCorruptARecord(t *testing.T) {
 		held <- rec
 		n.Add(1)
 	})
-	var wg sync.WaitGroup
-	errs := make(chan error, senders)
-	for s := range senders {
-		wg.Go(func() {
-			for i := range each {
-				k := s*each + i
-				rec := &wire.Record{
-					Body: &wire.BoundSessionSend{Actor: wire.ActorRouteFence{
-						Actor: wire.ActorRef{ID: "a", Generation: 1}, TargetNodeRID: to.RID, TargetNodeGeneration: to.Generation,
-						ExpectedAuthorityOwnerGeneration: 1, ExpectedOwnerLeaseGeneration: 1,
-					}, ExpectedBindingGeneration: 1},
-					Payload: &wire.Payload{PacketName: "p" + strconv.Itoa(k), ContentType: "application/octet-stream", Data: payloadOf(k)},
-				}
-				if err := c.Node(0).Records().Send(context.Background(), to, rec); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if err := c.WaitUntil(wait, func() bool { return n.Load() == senders*each }); err != nil {
-		t.Fatalf("%d of %d records arrived", n.Load(), senders*each)
-	}
+	sendConcurrently(t, c, senders, each, func(k int) *wire.Record {
+		return &wire.Record{
+			Body: &wire.BoundSessionSend{Actor: wire.ActorRouteFence{
+				Actor: wire.ActorRef{ID: "a", Generation: 1}, TargetNodeRID: to.RID, TargetNodeGeneration: to.Generation,
+				ExpectedAuthorityOwnerGeneration: 1, ExpectedOwnerLeaseGeneration: 1,
+			}, ExpectedBindingGeneration: 1},
+			Payload: &wire.Payload{PacketName: "p" + strconv.Itoa(k), ContentType: "application/octet-stream", Data: payloadOf(k)},
+		}
+	}, &n)
 	// Checked only now, after every batch was sent and every buffer reused many times.
 	close(held)
 	for rec := range held {
@@ -310,5 +272,33 @@ func TestCoalesce_ReusedBuffersNeverCorruptARecord(t *testing.T) {
 	}
 	if bad.Load() != 0 {
 		t.Fatalf("%d records arrived with another name or payload than sent", bad.Load())
+	}
+}
+
+// sendConcurrently sends senders × each records from node 0 to node 1, senders at
+// once, record(k) for k in [0, senders × each), and waits until the handler counted
+// (in arrived) every one of them.
+func sendConcurrently(t *testing.T, c *meshtest.Cluster, senders, each int, record func(k int) *wire.Record, arrived *atomic.Int64) {
+	t.Helper()
+	to := c.Node(1).ID()
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				if err := c.Node(0).Records().Send(context.Background(), to, record(s*each+i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := c.WaitUntil(wait, func() bool { return arrived.Load() == int64(senders*each) }); err != nil {
+		t.Fatalf("%d of %d records arrived", arrived.Load(), senders*each)
 	}
 }
