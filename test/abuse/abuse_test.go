@@ -48,18 +48,19 @@ func TestMain(m *testing.M) {
 // Latency bounds: a well-behaved client's p99 under attack stays within latencyFactor
 // times its p99 alone, measured in the same run, plus a slack for the scheduler of a
 // shared 2-core machine that also runs the hostile clients and several meshnode
-// processes: 20 ms in the full form, 80 ms in the short form (its windows are seconds
+// processes: 20 ms in the full form, 150 ms in the short form (its windows are seconds
 // long, so a few scheduler hiccups move its p99: with a peer SIGSTOPped and 100,000
-// relays queued under -race, single requests stall 54-74 ms on this machine, before
-// relocation was built as after, and a one-second window of 90 requests makes that
-// stall its p99).
+// relays queued under -race, single requests stalled 54-74 ms on this machine, and
+// 91-112 ms on a busier day, with the code of before and after the speed work alike,
+// failing 1 run in 5 at 80 ms; a one-second window of 50 to 90 requests makes that one
+// stall its p99). A session that the stalled peer really held would wait seconds.
 const latencyFactor = 5
 
 func latencySlack() time.Duration {
 	if suiteScale().full {
 		return 20 * time.Millisecond
 	}
-	return 80 * time.Millisecond
+	return 150 * time.Millisecond
 }
 
 func checkLatency(t *testing.T, base, under latencies) {
