@@ -125,7 +125,7 @@ func (c *Connector) sendRaw(ctx context.Context, name string, id wire.Codec, pay
 	h := wire.Header{Kind: wire.KindSend, Codec: id, Name: name}
 	var now time.Time
 	if !c.opts.DiagnosticsOff {
-		now = time.Now() // for the flow id
+		now = c.clock.now() // for the flow id
 	}
 	bp, err := c.encode(&h, payload, opts, 0, now)
 	if err != nil {
@@ -175,7 +175,7 @@ func (c *Connector) roundTrip(ctx context.Context, name string, id wire.Codec, p
 	// The correlation id is a hex counter string like the TypeScript connector's; unique
 	// among pending requests because the seq is. encode writes it.
 	h := wire.Header{Kind: wire.KindRequest, Codec: id, RequestSeq: seq, Name: name}
-	now := time.Now() // for the flow id and the expiry of a lead
+	now := c.clock.now() // for the flow id and the expiry of a lead
 	bp, err := c.encode(&h, payload, opts, seq, now)
 	if err != nil {
 		return err

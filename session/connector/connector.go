@@ -59,6 +59,7 @@ type Connector struct {
 	handlers map[string]func(Message)
 
 	tracer trace.Tracer // nil: tracing off (the default)
+	clock  clock        // flow ids' and leads' time
 
 	grace time.Duration // readerGrace; tests change it before Connect
 	leads atomic.Uint64 // requests that read their own reply (see conn), for tests

@@ -191,3 +191,26 @@ func TestFlowIDsAreValidUUIDv7(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// The connector's clock (one monotonic read per stamp) agrees with time.Now within a
+// millisecond's rounding and never goes back.
+func TestClockFollowsTimeNowAndNeverGoesBack(t *testing.T) {
+	var c clock
+	prev := c.now()
+	for range 10000 {
+		before := time.Now()
+		got := c.now()
+		after := time.Now()
+		if got.Before(prev) {
+			t.Fatalf("clock went back: %v after %v", got, prev)
+		}
+		// Wall time may differ from a fresh time.Now by the drift since the base was read.
+		if got.UnixMilli() < before.UnixMilli()-1 || got.UnixMilli() > after.UnixMilli()+1 {
+			t.Fatalf("clock says %v, time.Now %v..%v", got, before, after)
+		}
+		if got.Sub(before) < 0 || after.Sub(got) < 0 {
+			t.Fatalf("monotonic reading %v is outside %v..%v", got, before, after)
+		}
+		prev = got
+	}
+}
