@@ -61,6 +61,13 @@ type HostOptions struct {
 	// serial either way). The switch exists to compare the two paths and to rule the
 	// fast one out when diagnosing.
 	NoInlineTurns bool
+	// NoBatchedIngress hands every pulled packet to its session owner in a mailbox
+	// message of its own. By default the read loop pulls, in one go, the frames of a
+	// pipelining client that are already in the session's receive buffer (up to 64,
+	// each after taking its own permit) and hands them over in one message; the turns
+	// are the same, in the same order. The switch exists to compare the two paths and
+	// to rule the fast one out when diagnosing.
+	NoBatchedIngress bool
 	// TracerProvider starts a server span for every packet dispatched to a session
 	// callback (docs/tracing.md), continuing the trace of the packet's traceparent
 	// metadata. nil (or otel's no-op provider): no spans, and the packet path pays one

@@ -228,7 +228,10 @@ func (m *metrics) closed(t string, r wire.CloseReason) {
 		attribute.String("transport", t), attribute.String("close_reason", r.MetricLabel())))
 }
 
-func (m *metrics) packetIn(n int)  { m.packetsIn.Add(1); m.bytesIn.Add(int64(n)) }
+func (m *metrics) framesIn(n, bytes int) {
+	m.packetsIn.Add(int64(n))
+	m.bytesIn.Add(int64(bytes))
+}
 func (m *metrics) packetOut(n int) { m.packetsOut.Add(1); m.bytesOut.Add(int64(n)) }
 
 func (m *metrics) messageTooLarge(t string) { m.tooLarge.Add(context.Background(), 1, m.transport(t)) }

@@ -33,10 +33,16 @@ type ownerActor struct {
 func (a *ownerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *Packet:
-		// The permit returns at the callback's start (digest §9.3 step 5).
-		a.c.turnStarted()
-		a.dispatch(m)
-		a.c.turnFinished()
+		// One message carries the packets the read loop pulled together, in order; each
+		// one's permit returns at its own callback's start (digest §9.3 step 5).
+		for pkt := m; pkt != nil; {
+			next := pkt.next
+			pkt.next = nil
+			a.c.turnStarted()
+			a.dispatch(pkt)
+			a.c.turnFinished()
+			pkt = next
+		}
 	case *actor.Started:
 		if h, ok := a.sess.(ConnectHandler); ok {
 			a.guard("connect", func() { h.OnConnect(a.c.ctx, a.c.peer) })

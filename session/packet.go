@@ -34,6 +34,9 @@ type Packet struct {
 	// that nil check. One pointer, so that the untraced Packet stays in its allocation
 	// size class.
 	span *packetSpan
+	// next links the packets that one mailbox message hands to the session owner
+	// (readloop.go, pullBuffered); cleared before the packet's callback runs.
+	next *Packet
 }
 
 // RoutingID returns the peer identity of the connection (digest §11).

@@ -131,6 +131,25 @@ func (p *permitPool) tryAcquire() bool {
 	}
 }
 
+// tryAcquireUpTo takes up to want free permits at once when nobody waits for one,
+// without waiting, and returns how many it took.
+func (p *permitPool) tryAcquireUpTo(want int64) int64 {
+	if p.nwait.Load() != 0 {
+		return 0
+	}
+	for {
+		n := p.inUse.Load()
+		k := min(want, p.limit-n)
+		if k <= 0 {
+			return 0
+		}
+		if p.inUse.CompareAndSwap(n, n+k) {
+			p.afterAcquire(n + k)
+			return k
+		}
+	}
+}
+
 func (p *permitPool) afterAcquire(n int64) {
 	for {
 		old := p.peak.Load()

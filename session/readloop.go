@@ -57,20 +57,21 @@ func (c *conn) rescueReader() {
 	}
 }
 
-// deliver hands a packet, with its permit, to the session owner. When nothing more is
-// buffered (the request/response case) the turn may run on this goroutine; when more
-// frames are already waiting (pipelining) the turn goes to a worker so reading and
-// processing overlap. It reports false when a rescue reader took over while the turn
-// ran on this goroutine.
-func (c *conn) deliver(pkt *Packet) bool {
-	c.host.permits.queued.Add(1)
-	c.busy.Add(1)
-	c.pending.Add(1)
-	if c.pendingPermits.Add(1) == 1 && c.host.stallTimeout > 0 {
+// deliver hands a chain of n pulled packets (linked through Packet.next, in arrival
+// order), with their permits, to the session owner in one mailbox message. A lone
+// packet with nothing more buffered (the request/response case) may run its turn on
+// this goroutine; a chain, or a packet with more frames already waiting (pipelining),
+// goes to a worker so reading and processing overlap. It reports false when a rescue
+// reader took over while the turn ran on this goroutine.
+func (c *conn) deliver(head *Packet, n int, mayInline bool) bool {
+	c.host.permits.queued.Add(int64(n))
+	c.busy.Add(int64(n))
+	c.pending.Add(int64(n))
+	if c.pendingPermits.Add(int64(n)) == int64(n) && c.host.stallTimeout > 0 {
 		c.armStall()
 	}
-	if c.rb.buffered() > 0 {
-		c.host.system.Root.Send(c.pid, pkt)
+	if n > 1 || !mayInline || c.rb.buffered() > 0 {
+		c.host.system.Root.Send(c.pid, head)
 		return true
 	}
 	w := c.turn.Load() | turnBit
@@ -79,7 +80,7 @@ func (c *conn) deliver(pkt *Packet) bool {
 	if !c.host.opts.NoInlineTurns {
 		c.inline.Store(true)
 	}
-	c.host.system.Root.Send(c.pid, pkt)
+	c.host.system.Root.Send(c.pid, head)
 	c.inline.Store(false)
 	if !c.turn.CompareAndSwap(w, w&^turnBit) {
 		return false
@@ -300,17 +301,101 @@ func (c *conn) readFrames() (handedOff bool) {
 		if c.isClosing() || !c.acquirePermit() {
 			return false
 		}
-		pkt, body := newPacket(total)
-		copy(body, rb.peek(frameLen)[wire.PrefixSize:])
-		rb.consume(frameLen)
-		c.host.metrics.packetIn(frameLen)
-		switch c.admit(hl, body, pkt) {
-		case admitClosed:
+		c.host.metrics.framesIn(1, frameLen)
+		pkt, err := c.pull(hl, total)
+		if err != nil {
+			c.protocolError(err)
 			return false
-		case admitHandedOff:
+		}
+		if pkt == nil {
+			continue // handled here: a control frame, a stray reply, a bad container
+		}
+		head, n, err := c.pullBuffered(pkt)
+		if !c.deliver(head, n, err == nil) {
 			return true
 		}
+		if err != nil {
+			c.protocolError(err)
+			return false
+		}
 	}
+}
+
+// maxIngressBatch bounds the packets one mailbox message carries: the count bound of a
+// receive per wake-up (zlink digest §9.3: 64 per rotation). The bytes are bounded by
+// the receive buffer, since a batch takes only frames already in it.
+const maxIngressBatch = 64
+
+// pullBuffered appends to the chain that starts with head the application frames that
+// are already complete in the receive buffer, so that a pipelining client's packets
+// reach the session owner in one mailbox message instead of one each. Their permits
+// are taken together, one per frame, before any of them is pulled. It stops at the
+// first frame that would need a read, a wait (a session bound, a permit somebody else
+// is queued for) or handling of its own (a control frame, an oversize or malformed one:
+// the read loop takes those), and returns the chain, its length, and the decode error
+// of a frame it pulled, if any (the permits of that frame and of those it did not pull
+// are back; the packets before it are still delivered).
+func (c *conn) pullBuffered(head *Packet) (*Packet, int, error) {
+	if c.host.opts.NoBatchedIngress || !c.mayPullMore() {
+		return head, 1, nil
+	}
+	room := int64(c.node.socket.MaxPendingPackets) - c.pending.Load() - 1
+	want := c.bufferedApplicationFrames(min(room, maxIngressBatch-1))
+	if want == 0 || c.isClosing() {
+		return head, 1, nil
+	}
+	got := c.host.permits.tryAcquireUpTo(want)
+	tail, n, bytes := head, 1, 0
+	for i := int64(0); i < got; i++ {
+		hl, pl := wire.ParsePrefix(c.rb.peek(wire.PrefixSize))
+		bytes += wire.PrefixSize + hl + pl
+		pkt, err := c.pull(hl, hl+pl)
+		if err != nil {
+			for range got - i - 1 {
+				c.host.permits.release()
+			}
+			c.host.metrics.framesIn(int(i+1), bytes)
+			return head, n, err
+		}
+		if pkt != nil {
+			tail.next = pkt
+			tail = pkt
+			n++
+		}
+	}
+	c.host.metrics.framesIn(int(got), bytes)
+	return head, n, nil
+}
+
+// bufferedApplicationFrames counts, up to limit, the Sends and Requests that lie
+// complete at the front of the receive buffer, within MaxMessageSize.
+func (c *conn) bufferedApplicationFrames(limit int64) int64 {
+	buf := c.rb.peek(c.rb.buffered())
+	maxMsg := c.node.maxMsg
+	var n int64
+	for n < limit && len(buf) >= wire.PrefixSize {
+		hl, pl := wire.ParsePrefix(buf)
+		total := hl + pl
+		frameLen := wire.PrefixSize + total
+		if maxMsg > 0 && total > maxMsg || len(buf) < frameLen || !isApplication(buf[:frameLen], hl) {
+			break
+		}
+		buf = buf[frameLen:]
+		n++
+	}
+	return n
+}
+
+// mayPullMore reports whether the session's outbound queue and the layers above it
+// let it pull more: the checks of ingressBlocked after the backlog, without waiting.
+func (c *conn) mayPullMore() bool {
+	if c.wqueued.Load() >= int64(c.node.socket.MaxPendingWrite) {
+		return false
+	}
+	if g := c.gate.Load(); g != nil && (*g)() != nil {
+		return false
+	}
+	return true
 }
 
 // isApplication reports whether a buffered frame is a Send or a Request (the kind byte
@@ -397,14 +482,6 @@ func (c *conn) closeAfterPulled(cause closeCause) {
 	c.close(cause)
 }
 
-type admitResult uint8
-
-const (
-	admitNext      admitResult = iota // go on reading
-	admitClosed                       // the connection is closing
-	admitHandedOff                    // a rescue reader owns reading now
-)
-
 // readFailed classifies a read error. Errors after the connection started closing are
 // the read being cancelled by the teardown and mean nothing.
 func (c *conn) readFailed(err error) {
@@ -439,9 +516,9 @@ func (c *conn) transportError(err error) {
 }
 
 // inlineBody is the largest frame (header and payload) that shares one allocation with
-// its Packet: 144 + 112 bytes fill the 256-byte size class, and most game and chat
+// its Packet: 152 + 104 bytes fill the 256-byte size class, and most game and chat
 // packets fit.
-const inlineBody = 112
+const inlineBody = 104
 
 // packetWithBody is a Packet and the bytes of its frame in one allocation.
 type packetWithBody struct {
@@ -461,27 +538,33 @@ func newPacket(n int) (*Packet, []byte) {
 	return &Packet{}, make([]byte, n)
 }
 
-// admit decodes the pulled frame and passes it, with its permit, to the session owner.
-func (c *conn) admit(hl int, body []byte, pkt *Packet) admitResult {
+// pull takes the complete frame of total bytes (after the prefix) at the front of the
+// receive buffer, for which a host permit is held, and decodes it. It returns the
+// packet to hand to the session owner, or nil when the frame was handled here (a
+// control frame, a stray reply, a payload whose container does not decode), or the
+// error of a frame that does not decode. In the last two cases the permit is back.
+func (c *conn) pull(hl, total int) (*Packet, error) {
+	pkt, body := newPacket(total)
+	copy(body, c.rb.peek(wire.PrefixSize + total)[wire.PrefixSize:])
+	c.rb.consume(wire.PrefixSize + total)
 	// body is this packet's own copy of the frame, never reused: the header's strings
 	// can point into it.
 	h, err := wire.DecodeHeaderInPlace(body[:hl])
 	if err != nil {
 		c.host.permits.release()
-		c.protocolError(err)
-		return admitClosed
+		return nil, err
 	}
 	payload := body[hl:]
 	switch h.Kind {
 	case wire.KindControl:
 		c.handleControl(&h)
 		c.host.permits.release()
-		return admitNext
+		return nil, nil
 	case wire.KindResponse, wire.KindError:
 		// The server sends no requests, so a client reply has nothing to complete.
 		c.host.permits.release()
 		c.host.metrics.dropped(c.transport, "unexpected_reply")
-		return admitNext
+		return nil, nil
 	}
 	if h.Compressed {
 		limit := c.node.maxMsg
@@ -492,7 +575,7 @@ func (c *conn) admit(hl int, body []byte, pkt *Packet) admitResult {
 		if err != nil {
 			c.host.permits.release()
 			c.decompressFailed(&h, err)
-			return admitNext
+			return nil, nil
 		}
 		payload = plain
 		h.Compressed = false
@@ -500,10 +583,7 @@ func (c *conn) admit(hl int, body []byte, pkt *Packet) admitResult {
 	pkt.Kind, pkt.Name, pkt.Metadata, pkt.RequestSeq = h.Kind, h.Name, h.Metadata, h.RequestSeq
 	pkt.CorrelationID, pkt.FlowID, pkt.FlowOrigin = h.CorrelationID, h.FlowID, h.FlowOrigin
 	pkt.Codec, pkt.Payload, pkt.Peer = h.Codec, payload, c.peer
-	if !c.deliver(pkt) {
-		return admitHandedOff
-	}
-	return admitNext
+	return pkt, nil
 }
 
 // maxUncappedDecompressed bounds a decompressed payload when MaxMessageSize is 0, so a

@@ -194,3 +194,41 @@ func TestBadInput_UnknownControlIsDroppedConnectionKept(t *testing.T) {
 		t.Errorf("handler saw %d packets; control packets must not reach it", n)
 	}
 }
+
+// A burst that arrives in one segment reaches the session in one go (the read loop
+// pulls what is already buffered together): a malformed frame at its end still closes
+// with ProtocolError only after every Request before it was answered, in order, and a
+// heartbeat in the middle of the burst is still answered.
+func TestBadInput_MalformedFrameEndingABurstClosesAfterTheBurstsReplies(t *testing.T) {
+	th := startHost(t, nil, session.HostOptions{}, nil)
+	c, _ := th.connect(t)
+	bad := testkit.RawFrame(testkit.NewHeader(0xF3, byte(wire.KindSend), byte(wire.CodecJSON), 0).Name("x").Bytes(), []byte(`{}`))
+	const n = 40
+	var burst []byte
+	for seq := uint64(1); seq <= n; seq++ {
+		burst = append(burst, request(seq, "echo", fmt.Sprintf(`{"n":%d}`, seq))...)
+		if seq == n/2 {
+			burst = append(burst, control(wire.NameHeartbeatPing)...)
+		}
+	}
+	write(t, c, append(burst, bad...))
+	next, pongs := uint64(1), 0
+	for next <= n {
+		f := readFrame(t, c)
+		if f.Header.Kind == wire.KindControl && f.Header.Name == wire.NameHeartbeatPong {
+			pongs++
+			continue
+		}
+		if f.Header.Kind != wire.KindResponse || f.Header.RequestSeq != next || string(f.Payload) != fmt.Sprintf(`{"n":%d}`, next) {
+			t.Fatalf("reply %d: got %s seq %d payload %q", next, kindName(f.Header.Kind), f.Header.RequestSeq, f.Payload)
+		}
+		next++
+	}
+	if pongs == 0 {
+		f := readFrame(t, c)
+		if f.Header.Kind != wire.KindControl || f.Header.Name != wire.NameHeartbeatPong {
+			t.Fatalf("want the heartbeat's pong, got %s %q", kindName(f.Header.Kind), f.Header.Name)
+		}
+	}
+	expectSessionClosing(t, c, wire.CloseProtocolError)
+}

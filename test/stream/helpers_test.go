@@ -570,12 +570,13 @@ func certPool(t testing.TB, pemCerts []byte) *x509.CertPool {
 
 // slowPaths reports whether this run turns the fast paths off (make test runs the
 // contract suites a second time with MESHNODE_TEST_FAST_PATHS=off): every session turn
-// then goes through the worker pool and every reply through the connector's read
+// then goes through the worker pool in a mailbox message of its own, and every reply through the connector's read
 // goroutine, so both paths meet the same contract.
 func slowPaths() bool { return os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off" }
 
 // newHost is session.NewHost with this run's fast-path switch.
 func newHost(opts session.HostOptions) *session.Host {
 	opts.NoInlineTurns = opts.NoInlineTurns || slowPaths()
+	opts.NoBatchedIngress = opts.NoBatchedIngress || slowPaths()
 	return session.NewHost(opts)
 }
