@@ -362,7 +362,10 @@ func framesSize(frames [][]byte) int64 {
 // arrived: see Records.Arrived.
 func (n *Node) arrived(env *meshpb.Envelope) bool {
 	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
-	if from != n.id && (env.ToRid == n.id.RID && env.ToGeneration == n.id.Generation) {
+	// An envelope without a sequence number or an acknowledgement (a record of a
+	// coalesced envelope on its way to its actor, whose envelope was counted when it
+	// arrived) leaves the flow control as it is: no link lookup.
+	if (env.Seq != 0 || env.Ack != 0) && from != n.id && (env.ToRid == n.id.RID && env.ToGeneration == n.id.Generation) {
 		if l := n.flow.link(from); l != nil {
 			l.arrived(env)
 		}
