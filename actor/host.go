@@ -629,16 +629,46 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.commitArrival(pctx, false, "timeout")
 	case *proto.Stopped, *proto.Restarting, *proto.ReceiveTimeout:
 	default:
-		if s.forwardTo != nil {
-			s.forward(pctx, m)
+		if env, ok := m.(*meshpb.Envelope); ok && mesh.IsRun(env) {
+			s.receiveRun(pctx, env)
 			return
 		}
-		if s.holding || s.arrival != nil {
-			s.hold(m)
-			return
-		}
-		s.dispatch(pctx, m)
+		s.route(pctx, m)
 	}
+}
+
+// receiveRun takes a run of records (consecutive records of one coalesced envelope,
+// in one mailbox message) one record at a time, as if each had been a message of its
+// own: dispatched while the activation is open; held or forwarded, in order, once a
+// move seals it or has taken it away; and once a turn stopped it (the panic policy, a
+// move that failed), given to dead letters like the messages still in its mailbox
+// (whoever watches them forwards or answers them).
+func (s *shell) receiveRun(pctx proto.Context, run *meshpb.Envelope) {
+	s.h.node.Records().EachInRun(run, func(rec *meshpb.Envelope) {
+		switch {
+		case s.forwardTo != nil || s.holding || s.arrival != nil:
+			s.route(pctx, mesh.CloneRecord(rec))
+		case s.act.ctx.Err() != nil:
+			s.h.system.DeadLetter.SendUserMessage(pctx.Self(), mesh.CloneRecord(rec))
+		default:
+			s.act.dequeued(envelopeBytes(rec))
+			s.act.lastActive.Store(s.h.clock.Load())
+			s.receiveRecord(rec)
+		}
+	})
+}
+
+// route runs, holds or forwards one message, by the state of the activation.
+func (s *shell) route(pctx proto.Context, m any) {
+	if s.forwardTo != nil {
+		s.forward(pctx, m)
+		return
+	}
+	if s.holding || s.arrival != nil {
+		s.hold(m)
+		return
+	}
+	s.dispatch(pctx, m)
 }
 
 // hold keeps a message while the activation is sealed for a move (source) or not open

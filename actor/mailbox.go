@@ -41,6 +41,10 @@ func (m activationMailbox) PostUserMessage(msg any) {
 		if !m.h.node.Records().Arrived(v) {
 			return
 		}
+		if mesh.IsRun(v) {
+			m.postRun(v)
+			return
+		}
 		size := envelopeBytes(v)
 		if isActorSend(v) && !m.a.admits(m.h, size) {
 			m.h.rejected(m.a, v)
@@ -51,6 +55,28 @@ func (m activationMailbox) PostUserMessage(msg any) {
 		m.a.enqueued(0)
 	}
 	m.Mailbox.PostUserMessage(msg)
+}
+
+// postRun puts a run of records from one coalesced envelope into the mailbox as one
+// message when the bound admits all of them at once; otherwise they are put in one by
+// one, each judged as above.
+func (m activationMailbox) postRun(run *meshpb.Envelope) {
+	records := m.h.node.Records()
+	n, size, sends := records.RunStats(run)
+	if sends == 0 || m.a.admitsRun(m.h, int64(n), size) {
+		m.a.queued.Add(int64(n))
+		m.a.queuedBytes.Add(size)
+		m.Mailbox.PostUserMessage(run)
+		return
+	}
+	records.EachInRun(run, func(rec *meshpb.Envelope) { m.PostUserMessage(mesh.CloneRecord(rec)) })
+}
+
+// admitsRun reports whether n more messages of size bytes in all fit the activation's
+// bound together.
+func (a *activation) admitsRun(h *Host, n, size int64) bool {
+	q := a.queued.Load()
+	return q+n <= int64(h.maxMailbox) && a.queuedBytes.Load()+size <= h.maxMailboxBytes
 }
 
 func envelopeBytes(env *meshpb.Envelope) int64 {

@@ -324,9 +324,10 @@ var errBadBatch = errors.New("mesh: malformed coalesced envelope")
 
 // batchRecord is one record of a batch as decoded: subslices of the batch.
 type batchRecord struct {
-	target []byte
-	frames [3][]byte
-	nframe int
+	target     []byte
+	frames     [3][]byte
+	nframe     int
+	start, end int // the record's bytes in the batch
 }
 
 // walkBatch decodes a batch, calling fn for each record in order (fn may be nil: a
@@ -334,7 +335,9 @@ type batchRecord struct {
 // batch that is not exactly a sequence of well-formed records.
 func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err error) {
 	var r batchRecord
+	whole := len(b)
 	for len(b) > 0 {
+		r.start = whole - len(b)
 		tl, n := binary.Uvarint(b)
 		if n <= 0 || tl > uint64(len(b)-n) {
 			return 0, 0, errBadBatch
@@ -364,6 +367,7 @@ func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err erro
 			}
 			r.frames[i], b = b[:fl:fl], b[fl:]
 		}
+		r.end = whole - len(b)
 		records++
 		frames += r.nframe
 		if fn != nil {
@@ -383,30 +387,84 @@ type targetPID struct {
 	pid  *actor.PID
 }
 
-// fanOut hands each record of a coalesced envelope to the actor it names, in order,
-// as a one-record envelope; records for the record receiver itself go into its
-// mailbox (mb). A malformed batch is dropped whole, before any record is handed on.
+// fanOut hands the records of a coalesced envelope to the actors they name, in order.
+// Consecutive records for one actor (a busy Actor) go to it as one run: an envelope
+// whose batch is those records' bytes, which the actor takes record by record
+// (Records.EachInRun), so a burst costs it one mailbox message, not one per record.
+// Records for the record receiver itself go into its mailbox (mb) one by one. A
+// malformed batch is dropped whole, before any record is handed on.
 func (n *Node) fanOut(env *meshpb.Envelope, mb actor.Mailbox) {
 	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
-	records, frames, err := walkBatch(env.Batch, nil)
-	if err != nil {
+	own, ownFrames := 0, 0 // records (and their frames) for the record receiver
+	if _, _, err := walkBatch(env.Batch, func(r *batchRecord) {
+		if len(r.target) == 0 {
+			own++
+			ownFrames += r.nframe
+		}
+	}); err != nil {
 		n.drop(DropDecodeError, from, "malformed coalesced envelope", err)
 		return
 	}
-	subs := make([]meshpb.Envelope, records)
-	slab := make([][]byte, frames)
-	i := 0
+	// The record receiver's records share two allocations.
+	subs := make([]meshpb.Envelope, own)
+	slab := make([][]byte, ownFrames)
+	var run *meshpb.Envelope // the run being gathered, for runTarget
+	var runTarget []byte
+	flush := func() {
+		if run != nil {
+			n.system.Root.Send(n.localPID(runTarget), run)
+			run = nil
+		}
+	}
 	_, _, _ = walkBatch(env.Batch, func(r *batchRecord) {
-		sub := &subs[i]
-		i++
-		sub.FromRid, sub.FromGeneration, sub.ToRid, sub.ToGeneration = env.FromRid, env.FromGeneration, env.ToRid, env.ToGeneration
-		k := copy(slab, r.frames[:r.nframe])
-		sub.Frames, slab = slab[:k:k], slab[k:]
+		if run != nil && string(r.target) == string(runTarget) {
+			run.Batch = run.Batch[:len(run.Batch)+r.end-r.start]
+			return
+		}
+		flush()
 		if len(r.target) == 0 {
+			sub := &subs[0]
+			subs = subs[1:]
+			sub.FromRid, sub.FromGeneration, sub.ToRid, sub.ToGeneration = env.FromRid, env.FromGeneration, env.ToRid, env.ToGeneration
+			k := copy(slab, r.frames[:r.nframe])
+			sub.Frames, slab = slab[:k:k], slab[k:]
 			mb.PostUserMessage(sub)
 			return
 		}
-		n.system.Root.Send(n.localPID(r.target), sub)
+		run = &meshpb.Envelope{FromRid: env.FromRid, FromGeneration: env.FromGeneration,
+			ToRid: env.ToRid, ToGeneration: env.ToGeneration, Batch: env.Batch[r.start:r.end:len(env.Batch)]}
+		runTarget = r.target
+	})
+	flush()
+}
+
+// isRun reports whether env is a run of records for one actor (see fanOut).
+func isRun(env *meshpb.Envelope) bool { return len(env.Batch) > 0 && len(env.Frames) == 0 }
+
+// runStats counts the records of a run, their frame bytes (as the flow-control window
+// and mailbox bounds count them) and how many are Actor sends (record 24).
+func runStats(env *meshpb.Envelope) (records int, bytes int64, sends int) {
+	_, _, _ = walkBatch(env.Batch, func(r *batchRecord) {
+		records++
+		for _, f := range r.frames[:r.nframe] {
+			bytes += int64(len(f))
+		}
+		if f0 := r.frames[0]; len(f0) > 3 && wire.Command(f0[3]) == wire.CmdActorSend {
+			sends++
+		}
+	})
+	return records, bytes, sends
+}
+
+// eachInRun calls fn with each record of the run env in order, as a one-record
+// envelope that fn may use only until it returns (one envelope is reused for all).
+func eachInRun(env *meshpb.Envelope, fn func(rec *meshpb.Envelope)) {
+	var frames [3][]byte
+	sub := &meshpb.Envelope{FromRid: env.FromRid, FromGeneration: env.FromGeneration, ToRid: env.ToRid, ToGeneration: env.ToGeneration}
+	_, _, _ = walkBatch(env.Batch, func(r *batchRecord) {
+		frames = r.frames
+		sub.Frames = frames[:r.nframe:r.nframe]
+		fn(sub)
 	})
 }
 

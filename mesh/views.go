@@ -133,6 +133,33 @@ func (r *Records) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, o
 	return r.n.accept(env)
 }
 
+// IsRun reports whether env, addressed to an actor, is a run: consecutive records of
+// one coalesced envelope for that actor, handed to it as one message instead of one
+// each. The actor takes the records with EachInRun; anything that keeps or forwards
+// them takes them one by one (CloneRecord), since the other paths know one-record
+// envelopes only.
+func IsRun(env *meshpb.Envelope) bool { return isRun(env) }
+
+// RunStats returns the number of records in the run env, their frame bytes (as
+// mailbox bounds count them) and how many of them are Actor sends (record 24).
+func (r *Records) RunStats(env *meshpb.Envelope) (records int, bytes int64, sends int) {
+	return runStats(env)
+}
+
+// EachInRun calls fn with each record of the run env, in order, as a one-record
+// envelope (from and to those of env) that is valid only until fn returns: one
+// envelope is reused for every record. Use CloneRecord to keep one.
+func (r *Records) EachInRun(env *meshpb.Envelope, fn func(rec *meshpb.Envelope)) {
+	eachInRun(env, fn)
+}
+
+// CloneRecord returns a one-record envelope that can be kept: the copy of one that
+// EachInRun handed out (the frames' bytes are shared; they are never written).
+func CloneRecord(env *meshpb.Envelope) *meshpb.Envelope {
+	return &meshpb.Envelope{FromRid: env.FromRid, FromGeneration: env.FromGeneration,
+		ToRid: env.ToRid, ToGeneration: env.ToGeneration, Frames: append([][]byte(nil), env.Frames...)}
+}
+
 // Arrived must be called for every envelope that reaches this node (once; a second call
 // is harmless), when it is put into the mailbox of the actor it is addressed to
 // (before it waits there): it feeds the flow control of the peer that sent it. The
