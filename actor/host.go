@@ -107,8 +107,9 @@ type Host struct {
 	panics      atomic.Int64
 	stoppedBad  atomic.Int64
 
-	addrMu sync.Mutex
-	addrs  map[addrKey]mesh.ActorAddr // remote activations' addresses, resolved once
+	addrMu   sync.Mutex
+	addrs    map[addrKey]*cachedAddr    // remote activations' addresses, resolved once
+	lastAddr atomic.Pointer[cachedAddr] // the last one used: a stream of sends to one Actor skips the map
 
 	turnHandlers turnHandlers
 	missing      func(from mesh.NodeID, rec *wire.Record)
@@ -157,24 +158,36 @@ type addrKey struct {
 // maxCachedAddrs bounds the address cache; it is simply cleared when full.
 const maxCachedAddrs = 1 << 16
 
+// cachedAddr is one resolved remote activation address.
+type cachedAddr struct {
+	key  addrKey
+	addr mesh.ActorAddr
+}
+
 func (h *Host) remoteAddr(to RouteFence) (mesh.ActorAddr, error) {
 	k := addrKey{node: to.Node, ref: to.Ref}
+	if last := h.lastAddr.Load(); last != nil && last.key == k {
+		return last.addr, nil
+	}
 	h.addrMu.Lock()
-	addr, ok := h.addrs[k]
+	c, ok := h.addrs[k]
 	h.addrMu.Unlock()
 	if ok {
-		return addr, nil
+		h.lastAddr.Store(c)
+		return c.addr, nil
 	}
 	addr, err := h.node.Records().ActorAddr(to.Node, activationName(to.Ref))
 	if err != nil {
 		return mesh.ActorAddr{}, err
 	}
+	c = &cachedAddr{key: k, addr: addr}
 	h.addrMu.Lock()
 	if len(h.addrs) >= maxCachedAddrs {
-		h.addrs = map[addrKey]mesh.ActorAddr{}
+		h.addrs = map[addrKey]*cachedAddr{}
 	}
-	h.addrs[k] = addr
+	h.addrs[k] = c
 	h.addrMu.Unlock()
+	h.lastAddr.Store(c)
 	return addr, nil
 }
 
@@ -217,7 +230,7 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: nodert.SystemOf(node), pool: workpool.New(300), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]mesh.ActorAddr{},
+	h := &Host{node: node, system: nodert.SystemOf(node), pool: workpool.New(300), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]*cachedAddr{},
 		maxMailbox: opts.MaxMailbox, maxMailboxBytes: opts.MaxMailboxBytes, idleTimeout: opts.IdleTimeout}
 	if h.log == nil {
 		h.log = node.Logger()
