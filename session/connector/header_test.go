@@ -183,12 +183,17 @@ func TestFlowIDsAreValidUUIDv7(t *testing.T) {
 	seen := make(map[string]bool)
 	var b [wire.FlowIDLen]byte
 	for range 10000 {
-		putFlowID(b[:], time.Now())
+		now := time.Now()
+		putFlowID(b[:], now)
 		id := string(b[:])
 		if !wire.ValidFlowID([]byte(id)) || seen[id] {
 			t.Fatalf("flow id %q (seen %v)", id, seen[id])
 		}
 		seen[id] = true
+		// The first 48 bits are the Unix milliseconds (RFC 9562 §5.7).
+		if want := fmt.Sprintf("%012x", now.UnixMilli()); id[:8]+id[9:13] != want {
+			t.Fatalf("flow id %q: timestamp %s, want %s", id, id[:8]+id[9:13], want)
+		}
 	}
 }
 
@@ -212,5 +217,13 @@ func TestClockFollowsTimeNowAndNeverGoesBack(t *testing.T) {
 			t.Fatalf("monotonic reading %v is outside %v..%v", got, before, after)
 		}
 		prev = got
+	}
+}
+
+func BenchmarkPutFlowID(b *testing.B) {
+	var dst [wire.FlowIDLen]byte
+	now := time.Now()
+	for b.Loop() {
+		putFlowID(dst[:], now)
 	}
 }
