@@ -336,7 +336,7 @@ const maxIngressBatch = 64
 // of a frame it pulled, if any (the permits of that frame and of those it did not pull
 // are back; the packets before it are still delivered).
 func (c *conn) pullBuffered(head *Packet) (*Packet, int, error) {
-	if c.host.opts.NoBatchedIngress || !c.mayPullMore() {
+	if c.host.opts.NoBatchedIngress {
 		return head, 1, nil
 	}
 	room := int64(c.node.socket.MaxPendingPackets) - c.pending.Load() - 1
@@ -368,7 +368,9 @@ func (c *conn) pullBuffered(head *Packet) (*Packet, int, error) {
 }
 
 // bufferedApplicationFrames counts, up to limit, the Sends and Requests that lie
-// complete at the front of the receive buffer, within MaxMessageSize.
+// complete at the front of the receive buffer, within MaxMessageSize, that the
+// session's bounds let it pull: the outbound queue and the gate are asked for each
+// frame, as the read loop asks them before each frame it pulls alone.
 func (c *conn) bufferedApplicationFrames(limit int64) int64 {
 	buf := c.rb.peek(c.rb.buffered())
 	maxMsg := c.node.maxMsg
@@ -377,7 +379,7 @@ func (c *conn) bufferedApplicationFrames(limit int64) int64 {
 		hl, pl := wire.ParsePrefix(buf)
 		total := hl + pl
 		frameLen := wire.PrefixSize + total
-		if maxMsg > 0 && total > maxMsg || len(buf) < frameLen || !isApplication(buf[:frameLen], hl) {
+		if maxMsg > 0 && total > maxMsg || len(buf) < frameLen || !isApplication(buf[:frameLen], hl) || !c.mayPullMore() {
 			break
 		}
 		buf = buf[frameLen:]

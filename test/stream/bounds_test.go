@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -562,4 +563,46 @@ func TestBounds_SlowConsumerIsClosed(t *testing.T) {
 		t.Errorf("transport error callback: %s", describe(te))
 	}
 	th.waitMetric(t, mSlow, 1, tr("tcp"))
+}
+
+// The ingress gate of a layer above the session (Peer.SetIngressGate) is asked before
+// each Send or Request is pulled, also when a burst arrives in one segment and the read
+// loop takes what is buffered in one go: a gate that lets three packets through holds
+// the fourth, and once it opens everything arrives, in order, exactly once.
+func TestBounds_IngressGateIsAskedBeforeEachPacketOfABurst(t *testing.T) {
+	const allowed, burst = 3, 40
+	rec := newRecorder()
+	hold := make(chan struct{})
+	defer closeOnce(hold)
+	var passes atomic.Int64
+	var open atomic.Bool
+	rec.onConnect = func(_ context.Context, peer *session.Peer) {
+		peer.SetIngressGate(func() <-chan struct{} {
+			if open.Load() || passes.Add(1) <= allowed {
+				return nil
+			}
+			return hold
+		})
+	}
+	th := startHost(t, rec, session.HostOptions{}, nil)
+	c, rid := th.connect(t)
+	var frames []byte
+	for i := range burst {
+		frames = append(frames, send("queued", fmt.Sprintf(`{"n":%d}`, i))...)
+	}
+	write(t, c, frames)
+	th.waitMetric(t, mPackets, allowed, dirIn())
+	rec.none(t, waitShort, "a packet pulled past the gate", func([]event) bool {
+		return th.metric(t, mPackets, dirIn()) > allowed
+	})
+	open.Store(true)
+	closeOnce(hold)
+	evs := rec.waitFor(t, waitLong, "the whole burst", func(evs []event) bool {
+		return len(packetsNamed(filter(evs, evPacket, rid), "queued")) == burst
+	})
+	for i, e := range packetsNamed(filter(evs, evPacket, rid), "queued") {
+		if want := fmt.Sprintf(`{"n":%d}`, i); string(e.pkt.Payload) != want {
+			t.Fatalf("packet %d is %s, want %s", i, e.pkt.Payload, want)
+		}
+	}
 }
