@@ -657,6 +657,7 @@ func (s *shell) Receive(pctx proto.Context) {
 // move that failed), given to dead letters like the messages still in its mailbox
 // (whoever watches them forwards or answers them).
 func (s *shell) receiveRun(pctx proto.Context, run *meshpb.Envelope) {
+	var dec wire.Decoder // consecutive records of a stream share their strings
 	s.h.node.Records().EachInRun(run, func(rec *meshpb.Envelope) {
 		switch {
 		case s.forwardTo != nil || s.holding || s.arrival != nil:
@@ -666,7 +667,9 @@ func (s *shell) receiveRun(pctx proto.Context, run *meshpb.Envelope) {
 		default:
 			s.act.dequeued(envelopeBytes(rec))
 			s.act.lastActive.Store(s.h.clock.Load())
-			s.receiveRecord(rec)
+			if from, decoded, ok := s.h.node.Records().AcceptWith(rec, &dec); ok {
+				s.receiveDecoded(from, decoded)
+			}
 		}
 	})
 }

@@ -89,7 +89,7 @@ func (m recordsMailbox) PostUserMessage(msg any) {
 }
 
 func (n *Node) receive(env *meshpb.Envelope) {
-	from, rec, ok := n.accept(env)
+	from, rec, ok := n.accept(env, nil)
 	if !ok {
 		return
 	}
@@ -101,8 +101,8 @@ func (n *Node) receive(env *meshpb.Envelope) {
 	h(from, rec)
 }
 
-// accept: see Records.Accept.
-func (n *Node) accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
+// accept: see Records.Accept; dec, when not nil, decodes the record (AcceptWith).
+func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec *wire.Record, ok bool) {
 	from = NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	to := NodeID{RID: env.ToRid, Generation: env.ToGeneration}
 	if n.stopping.Load() {
@@ -123,7 +123,12 @@ func (n *Node) accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok b
 		n.drop(DropStaleTarget, from, "sender is not a current member", nil)
 		return from, nil, false
 	}
-	rec, err := wire.Decode(env.Frames)
+	var err error
+	if dec != nil {
+		rec, err = dec.Decode(env.Frames)
+	} else {
+		rec, err = wire.Decode(env.Frames)
+	}
 	if err != nil {
 		n.drop(DropDecodeError, from, "malformed record", err)
 		return from, nil, false

@@ -130,7 +130,14 @@ func (r *Records) SendToActor(ctx context.Context, to ActorAddr, rec *wire.Recor
 // Invalid envelopes are counted as dropped and logged; ok is then false. Actors that
 // receive records addressed straight to them call this before anything else.
 func (r *Records) Accept(env *meshpb.Envelope) (from NodeID, rec *wire.Record, ok bool) {
-	return r.n.accept(env)
+	return r.n.accept(env, nil)
+}
+
+// AcceptWith is Accept for records taken one after another (those of a run), decoded
+// with dec, which shares the strings of consecutive records whose text is the same
+// (see wire.Decoder).
+func (r *Records) AcceptWith(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec *wire.Record, ok bool) {
+	return r.n.accept(env, dec)
 }
 
 // IsRun reports whether env, addressed to an actor, is a run: consecutive records of

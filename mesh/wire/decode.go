@@ -15,7 +15,20 @@ import (
 // Checks run in this order, which decides the class when several rules are broken: head
 // (length, magic, major, command, flags), frame count, frame 0 body, metadata frame,
 // payload frame. Payload.Data aliases the last frame; every string is a copy.
-func Decode(frames [][]byte) (*Record, error) {
+func Decode(frames [][]byte) (*Record, error) { return decode(frames, nil) }
+
+// Decoder decodes records one after another, as Decode does, but shares the strings
+// of a record whose text bytes (its frame 0, metadata frame and payload head) are those
+// of the record it decoded before: the records of one stream between two Actors repeat
+// their identities, packet name and content type, and a comparison costs less than a
+// copy. Records never share strings with a record whose text differs. The zero value
+// is ready; a Decoder is not safe for concurrent use.
+type Decoder struct{ text string }
+
+// Decode decodes one record (see the package function Decode).
+func (d *Decoder) Decode(frames [][]byte) (*Record, error) { return decode(frames, &d.text) }
+
+func decode(frames [][]byte, last *string) (*Record, error) {
 	if len(frames) == 0 {
 		return nil, &Error{Class: ClassFrameCount, Field: "head", Reason: "no frames", Offset: -1}
 	}
@@ -71,12 +84,20 @@ func Decode(frames [][]byte) (*Record, error) {
 	if plIdx >= 0 {
 		ph = payloadHead(frames[plIdx])
 	}
-	var sb strings.Builder
-	sb.Grow(len(f0) + len(md) + len(ph))
-	sb.Write(f0)
-	sb.Write(md)
-	sb.Write(ph)
-	all := sb.String()
+	var all string
+	if last != nil && sameText(*last, f0, md, ph) {
+		all = *last
+	} else {
+		var sb strings.Builder
+		sb.Grow(len(f0) + len(md) + len(ph))
+		sb.Write(f0)
+		sb.Write(md)
+		sb.Write(ph)
+		all = sb.String()
+		if last != nil {
+			*last = all
+		}
+	}
 
 	r := reader{b: f0, s: all[:len(f0)], off: HeadSize, end: len(f0), cmd: cmd}
 	// One allocation per record: a block holding the Record, its body and every optional
@@ -177,24 +198,40 @@ func Decode(frames [][]byte) (*Record, error) {
 	return rec, nil
 }
 
+// sameText reports whether s is exactly a, b and c one after the other.
+func sameText(s string, a, b, c []byte) bool {
+	return len(s) == len(a)+len(b)+len(c) && s[:len(a)] == string(a) &&
+		s[len(a):len(a)+len(b)] == string(b) && s[len(a)+len(b):] == string(c)
+}
+
+// payloadHeadAt is where a payload frame's texts start, after its version and u32 body
+// length.
+const payloadHeadAt = 5
+
 // payloadHead returns the part of a payload frame that holds the packet name and content
-// type (version, body length, both u8-length texts), as far as the frame has it.
+// type (both u8-length texts), as far as the frame has it. It leaves out the version and
+// body length before them, so that records whose payloads differ in size still have the
+// same text (Decoder).
 func payloadHead(f []byte) []byte {
-	n := 5 // version + u32 body length
+	if len(f) <= payloadHeadAt {
+		return nil
+	}
+	n := payloadHeadAt
 	for range 2 {
 		if n >= len(f) {
-			return f
+			return f[payloadHeadAt:]
 		}
 		n += 1 + int(f[n])
 	}
-	return f[:min(n, len(f))]
+	return f[payloadHeadAt:min(n, len(f))]
 }
 
 // reader walks one frame. Errors are sticky: after the first, every read returns zero
 // values and the first error is what Decode reports.
 type reader struct {
 	b      []byte // the frame
-	s      string // a copy of (a prefix of) b: text fields are substrings of it
+	s      string // a copy of (a part of) b from sbase on: text fields are substrings of it
+	sbase  int    // the offset in b where s starts
 	off    int
 	end    int // end of the current window: len(b), or the end of a union/envelope case
 	window int // nesting depth of length-delimited windows
@@ -289,8 +326,8 @@ func (r *reader) str(start, n int, field string, text bool) string {
 		}
 	}
 	var s string
-	if r.off+n <= len(r.s) {
-		s = r.s[r.off : r.off+n]
+	if at := r.off - r.sbase; at >= 0 && at+n <= len(r.s) {
+		s = r.s[at : at+n]
 	} else {
 		s = string(b) // not reached for well-formed frames; keeps str total
 	}
@@ -627,7 +664,7 @@ func decodeMetadata(f []byte, s string, cmd Command, frame int) (Metadata, error
 // decodePayload decodes application-payload-envelope-v1 into p; s is the string copy of
 // the frame's head (packet name and content type).
 func decodePayload(f []byte, s string, cmd Command, frame int, p *Payload) error {
-	r := reader{b: f, s: s, end: len(f), frame: frame, cmd: cmd}
+	r := reader{b: f, s: s, sbase: payloadHeadAt, end: len(f), frame: frame, cmd: cmd}
 	r.path.push("payload")
 	if v := r.u8("version"); r.err == nil && v != 1 {
 		r.failAt(0, ClassInvalidField, "version", "not 1")

@@ -78,6 +78,14 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		frames := splitFrames(data)
 		rec, err := Decode(frames)
+		// A Decoder gives the same answer, fresh and after it decoded the same text.
+		var d Decoder
+		for range 2 {
+			drec, derr := d.Decode(frames)
+			if !reflect.DeepEqual(drec, rec) || !reflect.DeepEqual(derr, err) {
+				t.Fatalf("Decoder = %+v, %v; Decode = %+v, %v", drec, derr, rec, err)
+			}
+		}
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) {
