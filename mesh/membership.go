@@ -66,7 +66,7 @@ type MemberEvent struct {
 // memberTable is an immutable snapshot; membership swaps in a new one per change so
 // the record path reads it without locks.
 type memberTable struct {
-	byRID map[string]Member // current lifecycle per RID, in any state
+	byRID map[string]*Member // current lifecycle per RID, in any state; never written once stored
 }
 
 // maxDeparted bounds how many departed members the table remembers for /v1/members.
@@ -118,7 +118,7 @@ func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
 	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{}),
 		selfLive: make(chan struct{})}
 	m.qcond = sync.NewCond(&m.qmu)
-	m.table.Store(&memberTable{byRID: map[string]Member{}})
+	m.table.Store(&memberTable{byRID: map[string]*Member{}})
 	go m.run()
 	return m
 }
@@ -200,7 +200,11 @@ func (m *membership) apply(ev rawEvent) {
 		State:         StateAlive,
 	}
 	old := m.table.Load()
-	prev, had := old.byRID[mem.ID.RID]
+	var prev Member
+	prevp, had := old.byRID[mem.ID.RID]
+	if had {
+		prev = *prevp
+	}
 	var events []MemberEvent
 	switch ev.kind {
 	case rawJoin, rawUpdate:
@@ -231,11 +235,11 @@ func (m *membership) apply(ev rawEvent) {
 		}
 		events = append(events, MemberEvent{Type: typ, Member: mem})
 	}
-	next := &memberTable{byRID: make(map[string]Member, len(old.byRID)+1)}
+	next := &memberTable{byRID: make(map[string]*Member, len(old.byRID)+1)}
 	for k, v := range old.byRID {
 		next.byRID[k] = v
 	}
-	next.byRID[mem.ID.RID] = mem
+	next.byRID[mem.ID.RID] = &mem
 	if mem.State == StateDead || mem.State == StateLeft {
 		m.departed = append(m.departed, mem.ID.RID)
 		for len(m.departed) > maxDeparted {
@@ -292,16 +296,29 @@ func (m *membership) subscribe(fn func(MemberEvent)) func() {
 // lookup returns the current lifecycle of rid.
 func (m *membership) lookup(rid string) (Member, bool) {
 	mem, ok := m.table.Load().byRID[rid]
-	return mem, ok
+	if !ok {
+		return Member{}, false
+	}
+	return *mem, true
 }
 
 // live reports whether id is the current lifecycle of a member that has not departed.
 func (m *membership) live(id NodeID) (Member, bool) {
-	mem, ok := m.lookup(id.RID)
-	if !ok || mem.ID.Generation != id.Generation || mem.State == StateDead || mem.State == StateLeft {
+	mem := m.liveMember(id)
+	if mem == nil {
 		return Member{}, false
 	}
-	return mem, true
+	return *mem, true
+}
+
+// liveMember is live without copying the member: the record path asks on every
+// record. The Member must not be written.
+func (m *membership) liveMember(id NodeID) *Member {
+	mem := m.table.Load().byRID[id.RID]
+	if mem == nil || mem.ID.Generation != id.Generation || mem.State == StateDead || mem.State == StateLeft {
+		return nil
+	}
+	return mem
 }
 
 // members returns every known member sorted by RID.
@@ -309,7 +326,7 @@ func (m *membership) members() []Member {
 	t := m.table.Load()
 	out := make([]Member, 0, len(t.byRID))
 	for _, mem := range t.byRID {
-		out = append(out, mem)
+		out = append(out, *mem)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID.RID < out[j].ID.RID })
 	return out

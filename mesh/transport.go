@@ -119,7 +119,7 @@ func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec
 		n.drop(DropStaleTarget, from, detail, nil)
 		return from, nil, false
 	}
-	if _, live := n.members.live(from); !live {
+	if n.members.liveMember(from) == nil {
 		n.drop(DropStaleTarget, from, "sender is not a current member", nil)
 		return from, nil, false
 	}
@@ -232,8 +232,8 @@ func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.
 	if n.stopping.Load() {
 		return ErrStopped
 	}
-	mem, ok := n.members.live(to)
-	if !ok {
+	mem := n.members.liveMember(to)
+	if mem == nil {
 		return fault.Errorf(fault.Unavailable, "mesh: %s is not a live member", to)
 	}
 	if to != n.id && n.coalesce && (pid == nil || (pid.RequestId == 0 && pid.Address == mem.RemoteAddr)) {

@@ -54,8 +54,7 @@ func (m *Membership) Suspicions() (suspected, refuted int64) {
 
 // IsLive reports whether id is a current, not departed, member lifecycle.
 func (m *Membership) IsLive(id NodeID) bool {
-	_, ok := m.n.members.live(id)
-	return ok
+	return m.n.members.liveMember(id) != nil
 }
 
 // Subscribe calls fn for every membership event, in order, on the membership's event
