@@ -204,7 +204,7 @@ func (c *Context) IsBound() bool {
 	return b != nil && b.IsBound(c.turn())
 }
 
-func (c *Context) turn() *Turn { return &Turn{s: c.shell} }
+func (c *Context) turn() *Turn { return &c.shell.turn }
 
 // sessionReply returns the reply function of a relayed session Request. An error goes
 // to the client as fault.Public shows it: the text of an error without a kind stays

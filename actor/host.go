@@ -445,7 +445,11 @@ func (h *Host) spawn(k Kind, fence RouteFence, impl Actor, arr *arrival) (*activ
 	}
 	a.lastActive.Store(time.Now().UnixNano())
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	props := proto.PropsFromProducer(func() proto.Actor { return &shell{h: h, act: a, impl: impl, arrival: arr} },
+	props := proto.PropsFromProducer(func() proto.Actor {
+		s := &shell{h: h, act: a, impl: impl, arrival: arr}
+		s.turn.s = s
+		return s
+	},
 		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }),
 		proto.WithDispatcher(h.pool))
 	pid, err := h.system.Root.SpawnNamed(props, activationName(fence.Ref))
@@ -595,6 +599,7 @@ type shell struct {
 	act         *activation
 	impl        Actor
 	ctx         Context // reused: turns of one activation never overlap
+	turn        Turn    // what every record handler of this activation gets: a Turn holds nothing of its own turn
 	attachments map[any]any
 	pctx        proto.Context // of the current Receive
 	panics      []time.Time   // recent panics, for the panic policy
@@ -622,7 +627,7 @@ func (s *shell) Receive(pctx proto.Context) {
 		if s.arrival == nil {
 			s.deliver(Stopping{}, nil, nil)
 			if fn := s.h.stopHook(); fn != nil {
-				t := &Turn{s: s}
+				t := &s.turn
 				s.guard(func() { fn(t) })
 			}
 		}
@@ -724,7 +729,7 @@ func (s *shell) dispatch(pctx proto.Context, msg any) {
 		s.act.lastActive.Store(s.h.clock.Load())
 		s.receiveFollowed(m)
 	case turnCallback:
-		t := &Turn{s: s}
+		t := &s.turn
 		s.guard(func() { m.fn(t) })
 	case collectIfIdle:
 		if !s.act.moving.Load() && s.h.collectable(s.act, time.Now()) && s.h.retire(s.act) {
@@ -770,7 +775,7 @@ func (s *shell) receiveRecord(env *meshpb.Envelope) {
 func (s *shell) receiveDecoded(from mesh.NodeID, rec *wire.Record) {
 	if send, isSend := rec.Body.(*wire.ActorSend); !isSend || send.BoundSession != nil {
 		if fn := s.h.turnHandler(rec.Command()); fn != nil {
-			t := &Turn{s: s}
+			t := &s.turn
 			s.guard(func() { fn(t, from, rec) })
 			return
 		}

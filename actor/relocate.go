@@ -266,7 +266,7 @@ type moveHandOff struct {
 // reaches it.
 func (s *shell) seal(cmd *moveSeal) {
 	hooks := s.h.hooks()
-	t := &Turn{s: s}
+	t := &s.turn
 	var err error
 	if hooks.Seal != nil {
 		s.guard(func() { err = hooks.Seal(cmd.ctx, t, cmd.m) })
@@ -295,7 +295,7 @@ func (s *shell) abort(cmd *moveAbort) {
 		s.holding = false
 		held := s.held
 		s.held = nil
-		t := &Turn{s: s}
+		t := &s.turn
 		if hooks := s.h.hooks(); hooks.Aborted != nil {
 			s.guard(func() { hooks.Aborted(t, cmd.m) })
 		}
@@ -533,7 +533,7 @@ func (s *shell) arrive() {
 	arr := s.arrival
 	var err error
 	if hooks := s.h.hooks(); hooks.Restore != nil && len(arr.layers) > 0 {
-		t := &Turn{s: s}
+		t := &s.turn
 		s.guard(func() { err = hooks.Restore(t, arr.layers) })
 	}
 	arr.restored <- err
@@ -598,7 +598,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 		s.dispatch(pctx, msg)
 	}
 	if hooks := h.hooks(); hooks.Committed != nil {
-		t := &Turn{s: s}
+		t := &s.turn
 		s.guard(func() { hooks.Committed(t, arr.m) })
 	}
 	if respond {
