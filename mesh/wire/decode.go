@@ -17,18 +17,39 @@ import (
 // payload frame. Payload.Data aliases the last frame; every string is a copy.
 func Decode(frames [][]byte) (*Record, error) { return decode(frames, nil) }
 
-// Decoder decodes records one after another, as Decode does, but shares the strings
-// of a record whose text bytes (its frame 0, metadata frame and payload head) are those
-// of the record it decoded before: the records of one stream between two Actors repeat
+// Decoder decodes records one after another, as Decode does, but gives a record the
+// strings of the record before it where their bytes are the same: the records of one
+// stream (an Actor's messages to another, a session's relays to its Actor) repeat
 // their identities, packet name and content type, and a comparison costs less than a
-// copy. Records never share strings with a record whose text differs. The zero value
-// is ready; a Decoder is not safe for concurrent use.
-type Decoder struct{ text string }
+// copy. A record whose whole text (frame 0, metadata frame, packet name and content
+// type) is the previous one's takes its strings at once; otherwise, when the record
+// has no metadata frame, it is decoded comparing each text field with the previous
+// record's field in the same place, and only if every one matches does it need no
+// copy (else it is decoded again, as Decode does, and the Decoder stops comparing
+// field by field for a few records). Records never share a string whose bytes
+// differ. The zero value is ready; a Decoder is not safe for concurrent use.
+type Decoder struct {
+	text    string    // the previous record's whole text
+	share   textShare // its text fields, in decode order, and the state of a decode
+	backoff int       // records to decode without comparing field by field
+}
+
+// fieldBackoff is how many records a Decoder decodes without comparing field by field
+// after a record whose fields did not all match.
+const fieldBackoff = 8
+
+// textShare is the field-by-field state of a Decoder's decode.
+type textShare struct {
+	prev, cur []string // the previous record's text fields; this record's (collecting)
+	try       bool     // comparing: a field takes prev's string or marks a miss
+	k         int      // the next field's index
+	miss      bool
+}
 
 // Decode decodes one record (see the package function Decode).
-func (d *Decoder) Decode(frames [][]byte) (*Record, error) { return decode(frames, &d.text) }
+func (d *Decoder) Decode(frames [][]byte) (*Record, error) { return decode(frames, d) }
 
-func decode(frames [][]byte, last *string) (*Record, error) {
+func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	if len(frames) == 0 {
 		return nil, &Error{Class: ClassFrameCount, Field: "head", Reason: "no frames", Offset: -1}
 	}
@@ -84,22 +105,60 @@ func decode(frames [][]byte, last *string) (*Record, error) {
 	if plIdx >= 0 {
 		ph = payloadHead(frames[plIdx])
 	}
-	var all string
-	if last != nil && sameText(*last, f0, md, ph) {
-		all = *last
-	} else {
-		var sb strings.Builder
-		sb.Grow(len(f0) + len(md) + len(ph))
-		sb.Write(f0)
-		sb.Write(md)
-		sb.Write(ph)
-		all = sb.String()
-		if last != nil {
-			*last = all
+	var sh *textShare
+	if d != nil {
+		sh = &d.share
+		if sameText(d.text, f0, md, ph) {
+			sh.start(false)
+			return decodeBody(frames, d.text, len(md), cmd, flags, mdIdx, plIdx, nil)
+		}
+		if mdIdx < 0 && len(sh.prev) > 0 && d.backoff == 0 {
+			sh.start(true)
+			if rec, err := decodeBody(frames, "", 0, cmd, flags, mdIdx, plIdx, sh); err == nil && !sh.miss {
+				return rec, nil
+			}
+			d.backoff = fieldBackoff
+		} else if d.backoff > 0 {
+			d.backoff--
+		}
+		sh.start(false)
+	}
+	var sb strings.Builder
+	sb.Grow(len(f0) + len(md) + len(ph))
+	sb.Write(f0)
+	sb.Write(md)
+	sb.Write(ph)
+	all := sb.String()
+	rec, err := decodeBody(frames, all, len(md), cmd, flags, mdIdx, plIdx, sh)
+	if d != nil {
+		if err != nil {
+			d.text, sh.prev = "", sh.prev[:0]
+		} else {
+			d.text = all
+			sh.prev, sh.cur = sh.cur, sh.prev[:0]
 		}
 	}
+	return rec, err
+}
 
-	r := reader{b: f0, s: all[:len(f0)], off: HeadSize, end: len(f0), cmd: cmd}
+// start readies a decode: comparing (try) or collecting this record's fields.
+func (sh *textShare) start(try bool) {
+	sh.try, sh.k, sh.miss = try, 0, false
+	sh.cur = sh.cur[:0]
+}
+
+// decodeBody decodes frame 0's body and the metadata and payload frames of a record
+// whose head decode checked. all holds the record's text (frame 0, mdLen bytes of
+// metadata frame, payload head): the decoded strings are substrings of it. sh, when
+// not nil, compares fields with the previous record's (all is then empty) or collects
+// them.
+func decodeBody(frames [][]byte, all string, mdLen int, cmd Command, flags byte, mdIdx, plIdx int, sh *textShare) (*Record, error) {
+	f0 := frames[0]
+	var s0 string
+	if all != "" {
+		s0 = all[:len(f0)]
+	}
+	r := reader{b: f0, s: s0, off: HeadSize, end: len(f0), cmd: cmd, share: sh}
 	// One allocation per record: a block holding the Record, its body and every optional
 	// part the body or record may point to (bind tail, bound-session tail, route case,
 	// payload). Unused parts cost a few bytes; separate allocations would cost more.
@@ -183,14 +242,18 @@ func decode(frames [][]byte, last *string) (*Record, error) {
 	}
 
 	if mdIdx >= 0 {
-		m, err := decodeMetadata(frames[mdIdx], all[len(f0):len(f0)+len(md)], cmd, mdIdx)
+		m, err := decodeMetadata(frames[mdIdx], all[len(f0):len(f0)+mdLen], cmd, mdIdx)
 		if err != nil {
 			return nil, err
 		}
 		rec.Metadata = m
 	}
 	if plIdx >= 0 {
-		if err := decodePayload(frames[plIdx], all[len(f0)+len(md):], cmd, plIdx, pl); err != nil {
+		var ps string
+		if all != "" {
+			ps = all[len(f0)+mdLen:]
+		}
+		if err := decodePayload(frames[plIdx], ps, cmd, plIdx, pl, sh); err != nil {
 			return nil, err
 		}
 		rec.Payload = pl
@@ -232,6 +295,7 @@ type reader struct {
 	b      []byte // the frame
 	s      string // a copy of (a part of) b from sbase on: text fields are substrings of it
 	sbase  int    // the offset in b where s starts
+	share  *textShare
 	off    int
 	end    int // end of the current window: len(b), or the end of a union/envelope case
 	window int // nesting depth of length-delimited windows
@@ -325,6 +389,16 @@ func (r *reader) str(start, n int, field string, text bool) string {
 			return ""
 		}
 	}
+	if sh := r.share; sh != nil && sh.try {
+		k := sh.k
+		sh.k++
+		r.off += n
+		if k < len(sh.prev) && sh.prev[k] == string(b) {
+			return sh.prev[k]
+		}
+		sh.miss = true // the record is decoded again, with its own copy
+		return ""
+	}
 	var s string
 	if at := r.off - r.sbase; at >= 0 && at+n <= len(r.s) {
 		s = r.s[at : at+n]
@@ -332,6 +406,9 @@ func (r *reader) str(start, n int, field string, text bool) string {
 		s = string(b) // not reached for well-formed frames; keeps str total
 	}
 	r.off += n
+	if r.share != nil {
+		r.share.cur = append(r.share.cur, s)
+	}
 	return s
 }
 
@@ -663,8 +740,8 @@ func decodeMetadata(f []byte, s string, cmd Command, frame int) (Metadata, error
 
 // decodePayload decodes application-payload-envelope-v1 into p; s is the string copy of
 // the frame's head (packet name and content type).
-func decodePayload(f []byte, s string, cmd Command, frame int, p *Payload) error {
-	r := reader{b: f, s: s, sbase: payloadHeadAt, end: len(f), frame: frame, cmd: cmd}
+func decodePayload(f []byte, s string, cmd Command, frame int, p *Payload, sh *textShare) error {
+	r := reader{b: f, s: s, sbase: payloadHeadAt, end: len(f), frame: frame, cmd: cmd, share: sh}
 	r.path.push("payload")
 	if v := r.u8("version"); r.err == nil && v != 1 {
 		r.failAt(0, ClassInvalidField, "version", "not 1")

@@ -59,3 +59,41 @@ func TestDecoder_SharesStringsOnlyWhenTheTextIsTheSame(t *testing.T) {
 		t.Error("decoding a later record changed an earlier one")
 	}
 }
+
+// A session's relays differ in their sequence numbers only: their text fields are
+// compared one by one and shared; a relay with another session RID gets its own.
+func TestDecoder_RelaysOfOneSessionShareTheirStrings(t *testing.T) {
+	var d Decoder
+	relay := func(seq uint64, sessionRID string) *Record {
+		t.Helper()
+		rec := actorSendTail(16)
+		rec.Body.(*ActorSend).BoundSession.SourceSessionSequence = seq
+		rec.Body.(*ActorSend).BoundSession.SourceSessionRID = sessionRID
+		want, err := Decode(mustEncode(t, rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Decode(mustEncode(t, rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("relay %d: Decoder gave %+v, Decode %+v", seq, got, want)
+		}
+		return got
+	}
+	rid := func(r *Record) *byte { return unsafe.StringData(r.Body.(*ActorSend).BoundSession.SourceSessionRID) }
+	name := func(r *Record) *byte { return unsafe.StringData(r.Payload.PacketName) }
+	first := relay(1, "sess-0001")
+	second := relay(2, "sess-0001")
+	if rid(first) != rid(second) || name(first) != name(second) {
+		t.Error("two relays of one session did not share their strings")
+	}
+	other := relay(3, "sess-0002")
+	if rid(other) == rid(second) || other.Body.(*ActorSend).BoundSession.SourceSessionRID != "sess-0002" {
+		t.Error("a relay of another session took the previous session's RID")
+	}
+	for seq := uint64(4); seq < 4+fieldBackoff+2; seq++ {
+		relay(seq, "sess-0001") // after a miss: decoded whole a few times, then compared again
+	}
+}
