@@ -109,7 +109,6 @@ func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	if d != nil {
 		sh = &d.share
 		if sameText(d.text, f0, md, ph) {
-			sh.start(false)
 			return decodeBody(frames, d.text, len(md), cmd, flags, mdIdx, plIdx, nil)
 		}
 		if mdIdx < 0 && len(sh.prev) > 0 && d.backoff == 0 {
