@@ -30,6 +30,7 @@ import (
 
 	"github.com/meshnode/meshnode/internal/grpcbuf"
 	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/internal/workpool"
 	"github.com/meshnode/meshnode/mesh/gossipnet"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -91,25 +92,33 @@ type Config struct {
 
 // Node is one running meshnode lifecycle in the mesh.
 type Node struct {
-	id       NodeID
-	cfg      Config
-	log      *slog.Logger
-	system   *actor.ActorSystem
-	remote   *remote.Remote
+	id     NodeID
+	cfg    Config
+	log    *slog.Logger
+	system *actor.ActorSystem
+	remote *remote.Remote
+	// pool runs the record receiver and the endpoint writers toward peers on
+	// long-lived goroutines (a fresh goroutine's stack grows again on every batch).
+	pool     *workpool.Pool
 	members  *membership
 	metrics  *meshMetrics
 	handlers atomic.Pointer[map[wire.Command]RecordHandler]
-	hmu      sync.Mutex
-	tapFn    atomic.Pointer[func(TapRecord)]
-	pids     sync.Map // remote address -> records PID
-	dropLog  dropLogger
-	stopping atomic.Bool
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	meshAddr string
-	remAddr  string
-	meta     nodeMeta
+	// inlineCmds: commands whose handler may run on the peer connection's reader
+	// (Records.HandleInline); ownPending: records in the record receiver's mailbox
+	// or being handled there (no record runs inline while there is one).
+	inlineCmds [256]atomic.Bool
+	ownPending atomic.Int64
+	hmu        sync.Mutex
+	tapFn      atomic.Pointer[func(TapRecord)]
+	pids       sync.Map // remote address -> records PID
+	dropLog    dropLogger
+	stopping   atomic.Bool
+	stop       chan struct{}
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
+	meshAddr   string
+	remAddr    string
+	meta       nodeMeta
 
 	flow *flow
 	// coalesce: records toward a peer are coalesced (Config.NoCoalescing off).
@@ -216,6 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// The dead-letter throttle parks a goroutine for one interval after the first
 		// dead letter; keep it short so it never outlives the node for long.
 		actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
+	n.pool = workpool.New(300)
 	rc := remote.Configure(cfg.BindHost, remotePort,
 		remote.WithListener(remoteLn),
 		remote.WithAdvertisedHost(n.remAddr),
@@ -235,6 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// few messages: start it small (16,384 slots were 256 KiB zeroed per peer, an
 		// eighth of a 30-node fleet's CPU while it joined).
 		remote.WithEndpointWriterQueueSize(256),
+		remote.WithEndpointWriterDispatcher(n.pool),
 		remote.WithEndpointManagerQueueSize(1<<14),
 	)
 	rc.MaxRetryCount = 2
@@ -247,7 +258,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
 	recordsProps := actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} },
-		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }))
+		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }),
+		actor.WithDispatcher(n.pool))
 	if _, err := n.system.Root.SpawnNamed(recordsProps, recordsActorName); err != nil {
 		n.shutdownTransport()
 		_ = nt.Shutdown()
@@ -447,6 +459,9 @@ func (n *Node) shutdownTransport() {
 	}
 	n.remote.Shutdown(false)
 	n.system.Shutdown()
+	// Not Stop: a writer blocked toward a peer that stopped reading must not hold up
+	// the shutdown; it ends when its stream does.
+	n.pool.Release()
 }
 
 var _ io.Writer = slogWriter{}

@@ -1,6 +1,10 @@
 package remote
 
-import "net"
+import (
+	"net"
+
+	"github.com/meshnode/meshnode/internal/protoactor/actor"
+)
 
 import "google.golang.org/grpc"
 
@@ -76,5 +80,14 @@ func WithKinds(kinds ...*Kind) ConfigOption {
 func WithListener(ln net.Listener) ConfigOption {
 	return func(config *Config) {
 		config.Listener = ln
+	}
+}
+
+// WithEndpointWriterDispatcher runs the endpoint writers on d (meshnode patch). The
+// default dispatcher starts a fresh goroutine for every mailbox run, and its stack
+// grows (and is copied) on every batch that goes as deep as a marshal.
+func WithEndpointWriterDispatcher(d actor.Dispatcher) ConfigOption {
+	return func(config *Config) {
+		config.EndpointWriterDispatcher = d
 	}
 }

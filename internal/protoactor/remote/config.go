@@ -60,4 +60,7 @@ type Config struct {
 	// Listener, when set, is served by Start instead of a listener it opens itself
 	// (meshnode patch: the caller keeps the port from the moment it chose it).
 	Listener net.Listener
+	// EndpointWriterDispatcher, when set, runs the endpoint writers' mailboxes
+	// (meshnode patch: on long-lived goroutines, whose stacks stay grown).
+	EndpointWriterDispatcher actor.Dispatcher
 }

@@ -293,6 +293,9 @@ func (state *endpointSupervisor) spawnEndpointWriter(remote *Remote, address str
 	props := actor.
 		PropsFromProducer(endpointWriterProducer(remote, address, remote.config),
 			actor.WithMailbox(endpointWriterMailboxProducer(remote.config.EndpointWriterBatchSize, remote.config.EndpointWriterQueueSize)))
+	if d := remote.config.EndpointWriterDispatcher; d != nil { // meshnode patch (9)
+		props.Configure(actor.WithDispatcher(d))
+	}
 	pid := ctx.Spawn(props)
 	return pid
 }
