@@ -175,7 +175,7 @@ func New(node *mesh.Node, actors *actor.Host, opts Options) *Binder {
 	// Session-owner role: terminals, pushes and replacements arrive at the node (bind
 	// terminals through the Actor host, which owns record 20).
 	actors.HandleReplies(b.onReply)
-	node.Records().Handle(wire.CmdBoundSessionSend, b.onPush)
+	node.Records().HandleInline(wire.CmdBoundSessionSend, b.onPush)
 	node.Records().Handle(wire.CmdBoundSessionReplaced, b.onReplaced)
 	// The relocation barrier (relocation.go): seals and route updates arrive at the
 	// session owner, the seal's confirmation at the Actor owner (move.go).

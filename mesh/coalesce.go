@@ -391,8 +391,9 @@ type targetPID struct {
 // Consecutive records for one actor (a busy Actor) go to it as one run: an envelope
 // whose batch is those records' bytes, which the actor takes record by record
 // (Records.EachInRun), so a burst costs it one mailbox message, not one per record.
-// Records for the record receiver itself go into its mailbox (mb) one by one. A
-// malformed batch is dropped whole, before any record is handed on.
+// Records for the record receiver itself go into its mailbox (mb) one by one, or are
+// handled here when their handler allows it and nothing waits there (receiveInline).
+// A malformed batch is dropped whole, before any record is handed on.
 func (n *Node) fanOut(env *meshpb.Envelope, mb actor.Mailbox) {
 	from := NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	own, ownFrames := 0, 0 // records (and their frames) for the record receiver
@@ -428,6 +429,10 @@ func (n *Node) fanOut(env *meshpb.Envelope, mb actor.Mailbox) {
 			sub.FromRid, sub.FromGeneration, sub.ToRid, sub.ToGeneration = env.FromRid, env.FromGeneration, env.ToRid, env.ToGeneration
 			k := copy(slab, r.frames[:r.nframe])
 			sub.Frames, slab = slab[:k:k], slab[k:]
+			if n.receiveInline(sub) {
+				return
+			}
+			n.ownPending.Add(1)
 			mb.PostUserMessage(sub)
 			return
 		}

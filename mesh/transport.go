@@ -65,6 +65,7 @@ func (a *recordsActor) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
+	defer a.n.ownPending.Add(-1) // even when a handler panics (protoactor recovers)
 	a.n.receive(env)
 }
 
@@ -85,7 +86,32 @@ func (m recordsMailbox) PostUserMessage(msg any) {
 			return
 		}
 	}
+	if _, ok := actor.UnwrapEnvelopeMessage(msg).(*meshpb.Envelope); ok {
+		m.n.ownPending.Add(1)
+	}
 	m.Mailbox.PostUserMessage(msg)
+}
+
+// receiveInline handles a record of a coalesced envelope on the goroutine that
+// received the envelope (the peer connection's reader), when its command's handler
+// was registered with HandleInline and the record receiver holds no record, so that
+// none of the sender's earlier records is still waiting there: a reply to a session
+// reaches it without a hand-off to the receiver. It reports false when the record
+// must go through the receiver instead.
+func (n *Node) receiveInline(env *meshpb.Envelope) bool {
+	f0 := env.Frames[0]
+	if len(f0) <= 3 || !n.inlineCmds[f0[3]].Load() || n.ownPending.Load() != 0 {
+		return false
+	}
+	defer func() {
+		// The receiver actor survives a handler's panic (protoactor recovers it);
+		// so does the connection's reader.
+		if r := recover(); r != nil {
+			n.log.Error("mesh: record handler panicked", "command", wire.Command(f0[3]).String(), "panic", r)
+		}
+	}()
+	n.receive(env)
+	return true
 }
 
 func (n *Node) receive(env *meshpb.Envelope) {
@@ -191,10 +217,14 @@ func (n *Node) onUndeliverable(fn func(env *meshpb.Envelope, actorName string) b
 	n.undeliverable.Store(&fn)
 }
 
-// handle: see Records.Handle.
-func (n *Node) handle(cmd wire.Command, h RecordHandler) {
+// handle: see Records.Handle and Records.HandleInline.
+func (n *Node) handle(cmd wire.Command, h RecordHandler, inline bool) {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
+	n.inlineCmds[cmd].Store(false) // before the handler changes
+	if inline {
+		defer n.inlineCmds[cmd].Store(true) // once it is in place
+	}
 	next := make(map[wire.Command]RecordHandler, len(*n.handlers.Load())+1)
 	for k, v := range *n.handlers.Load() {
 		next[k] = v

@@ -79,7 +79,15 @@ func (m *Membership) Joined() <-chan struct{} { return m.n.members.joined }
 type Records struct{ n *Node }
 
 // Handle registers the handler of one command. A later call replaces it.
-func (r *Records) Handle(cmd wire.Command, h RecordHandler) { r.n.handle(cmd, h) }
+func (r *Records) Handle(cmd wire.Command, h RecordHandler) { r.n.handle(cmd, h, false) }
+
+// HandleInline is Handle for a handler that never waits (its sends do not wait for
+// room, it only queues) and is safe to run at the same time as any other record
+// handler. The node may then run it on the goroutine that received the record from
+// its peer, when no earlier record is waiting for the record receiver, which saves a
+// hand-off per record; the order of one peer's records is kept either way. With
+// Config.NoRecordCoalescing every record goes through the receiver.
+func (r *Records) HandleInline(cmd wire.Command, h RecordHandler) { r.n.handle(cmd, h, true) }
 
 // Send sends a record to the node lifecycle to, for the handler of its command. It
 // fails with fault.Unavailable, without sending, when to is not a live member. While
