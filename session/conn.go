@@ -90,6 +90,7 @@ type conn struct {
 	drained wake.Signal  // a write finished: queue space may be free
 	wspare  []byte       // writer-owned spare buffer
 	wbroken atomic.Bool  // a socket write failed
+	nbw     *nbWrite     // writeNow's system call, made on its first use
 }
 
 // startConn builds the session for an accepted (and handshaken) connection. It returns

@@ -55,11 +55,15 @@ type HostOptions struct {
 	// strict accounting of zlink digest §9.3 (a permit returns only at its callback's
 	// start).
 	StallTimeout time.Duration
-	// NoInlineTurns sends every session turn to the worker pool. By default a packet's
-	// turn runs on the read loop goroutine that pulled it, when no other turn of that
-	// session is scheduled (it saves a goroutine hand-off per packet; turns stay
-	// serial either way). The switch exists to compare the two paths and to rule the
-	// fast one out when diagnosing.
+	// NoInlineTurns sends every session turn to the worker pool, and leaves every
+	// write to a writer goroutine. By default a packet's turn runs on the read loop
+	// goroutine that pulled it, when no other turn of that session is scheduled (it
+	// saves a goroutine hand-off per packet; turns stay serial either way), and a
+	// NonBlocking frame queued outside a turn when no write is in progress (a reply
+	// that came from another node) is written by its producer with one non-blocking
+	// system call on a plain TCP connection, a writer starting only for what the
+	// socket did not take. The switch exists to compare the paths and to rule the fast
+	// ones out when diagnosing.
 	NoInlineTurns bool
 	// NoBatchedIngress hands every pulled packet to its session owner in a mailbox
 	// message of its own. By default the read loop pulls, in one go, the frames of a

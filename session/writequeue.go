@@ -67,10 +67,15 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, mode
 				c.drain()
 				return nil
 			}
-			// No writer: start one for this burst; it ends when the queue is empty, so
-			// an idle connection holds no writer goroutine.
+			// No writer: a producer that must not wait writes what the socket takes
+			// now (writeNow); otherwise, or for the rest, a writer starts for this
+			// burst. It ends when the queue is empty, so an idle connection holds no
+			// writer goroutine.
 			c.wactive = true
 			c.wmu.Unlock()
+			if mode == writeNoWait && !c.host.opts.NoInlineTurns && c.writeNow() {
+				return nil
+			}
 			go c.drain()
 			return nil
 		}
@@ -105,6 +110,11 @@ func (c *conn) slowConsumer() {
 	c.host.ratelog.Log(c.host.log, slog.LevelWarn, "slow_consumer", "stream session is a slow consumer, closing",
 		"node", c.node.cfg.name, "routing_id", uint32(c.rid), "transport", c.transport, "queued_bytes", c.wqueued.Load())
 	c.transportError(ErrSlowConsumer)
+	// A write blocked on the client's full socket would hold the teardown for up to
+	// SendTimeout: the client reads nothing, so no more writes, and the one in flight
+	// ends now.
+	c.wbroken.Store(true)
+	_ = c.nc.SetWriteDeadline(time.Now())
 }
 
 func (c *conn) enqueueError(seq uint64, corr, code, message string) error {

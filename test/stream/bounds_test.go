@@ -3,6 +3,7 @@ package stream_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -603,6 +604,36 @@ func TestBounds_IngressGateIsAskedBeforeEachPacketOfABurst(t *testing.T) {
 	for i, e := range packetsNamed(filter(evs, evPacket, rid), "queued") {
 		if want := fmt.Sprintf(`{"n":%d}`, i); string(e.pkt.Payload) != want {
 			t.Fatalf("packet %d is %s, want %s", i, e.pkt.Payload, want)
+		}
+	}
+}
+
+// Frames queued without waiting from outside the session's turn (how a reply that came
+// from another node is sent) reach the client whole, once each and in order, also
+// when the socket takes only part of what is queued: 18 MB are queued before the
+// client reads, more than the socket buffers hold, so the writes run into a full
+// socket; what it did not take is written later, before anything queued after it.
+func TestBounds_NonBlockingFramesBeyondAFullSocketArriveInOrder(t *testing.T) {
+	th := startHost(t, nil, session.HostOptions{}, func(b *session.NodeBuilder) {
+		b.Bind("tcp://127.0.0.1:0").Socket(session.SocketOptions{MaxPendingWrite: 64 << 20})
+	})
+	c, rid := th.connect(t)
+	peer := filter(th.rec.snapshot(), evConnect, rid)[0].peer
+	const frames = 20000
+	payload := bytes.Repeat([]byte("p"), 900)
+	for i := range frames {
+		binary.BigEndian.PutUint32(payload, uint32(i))
+		if err := peer.Send(context.Background(), "flood", wire.CodecRaw, payload, session.NonBlocking()); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	for i := range frames {
+		f, err := c.ReadFrame(waitLong)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if got := binary.BigEndian.Uint32(f.Payload); f.Header.Name != "flood" || got != uint32(i) || len(f.Payload) != len(payload) {
+			t.Fatalf("frame %d: %q #%d, %d bytes", i, f.Header.Name, got, len(f.Payload))
 		}
 	}
 }
