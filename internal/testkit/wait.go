@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"runtime"
 	"testing"
 	"time"
 )
@@ -44,19 +43,5 @@ func Await[T any](tb testing.TB, done <-chan T, timeout time.Duration, what stri
 		tb.Fatalf("timed out after %v waiting for %s", timeout, what)
 		var zero T
 		return zero
-	}
-}
-
-// SpinUntil waits for cond by yielding the processor between checks, not sleeping:
-// for the tail of a benchmark's timed loop, where a sleep's granularity would be
-// measured. It fails the test when timeout passes first.
-func SpinUntil(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for i := 0; !cond(); i++ {
-		if i&1023 == 0 && time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		runtime.Gosched()
 	}
 }

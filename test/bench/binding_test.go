@@ -86,7 +86,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
 	c := boundClient(b, f, 1, "probe")
 	ctx := context.Background()
-	start := f.Ev.Ticks()
+	done := f.Ev.TicksReach(f.Ev.Ticks() + int64(b.N))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -94,7 +94,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	testkit.SpinUntil(b, benchWait, "the Actor to receive every relayed Send", func() bool { return f.Ev.Ticks()-start >= int64(b.N) })
+	testkit.Await(b, done, benchWait, "the Actor to receive every relayed Send")
 }
 
 // BenchmarkBindUnbind10kSessions binds and unbinds 10,000 sessions (100 at a time) to

@@ -46,7 +46,11 @@ type Events struct {
 	mu    sync.Mutex
 	got   map[string][]string
 	ticks atomic.Int64
-	gate  chan struct{} // room.sleep turns wait on it (Hold, Wake)
+	// tickTarget and tickDone: TicksReach's channel, closed by the tick that reaches
+	// the target (whoever swaps tickDone out closes it, once).
+	tickTarget atomic.Int64
+	tickDone   atomic.Pointer[chan struct{}]
+	gate       chan struct{} // room.sleep turns wait on it (Hold, Wake)
 }
 
 // Hold makes probe Actors block in their room.sleep turns until Wake.
@@ -82,6 +86,32 @@ func (e *Events) sleepGate() <-chan struct{} {
 // Ticks returns how many room.tick relays probe Actors received (counted, not
 // recorded, so benchmarks can send millions).
 func (e *Events) Ticks() int64 { return e.ticks.Load() }
+
+// TicksReach returns a channel closed once Ticks reaches n. Armed before the ticks
+// it waits for are sent, it lets a benchmark block for the tail of its timed loop
+// instead of polling (a poller takes CPU from the turns it waits for). One wait at a
+// time: arming again replaces the previous one.
+func (e *Events) TicksReach(n int64) <-chan struct{} {
+	ch := make(chan struct{})
+	e.tickDone.Store(&ch)
+	e.tickTarget.Store(n)
+	if e.ticks.Load() >= n {
+		e.reached()
+	}
+	return ch
+}
+
+func (e *Events) tick() {
+	if e.ticks.Add(1) >= e.tickTarget.Load() && e.tickDone.Load() != nil {
+		e.reached()
+	}
+}
+
+func (e *Events) reached() {
+	if p := e.tickDone.Swap(nil); p != nil {
+		close(*p)
+	}
+}
 
 // Add records ev for the Actor id.
 func (e *Events) Add(id, ev string) {
@@ -152,7 +182,7 @@ func (p *probe) Receive(ctx *actor.Context) {
 		}
 	case *actor.SessionPacket:
 		if m.Name == "room.tick" {
-			p.ev.ticks.Add(1)
+			p.ev.tick()
 			return
 		}
 		p.ev.Add(id, "relayed:"+m.Name)
