@@ -29,6 +29,7 @@ var pairs = []pair{
 	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0, 0.15, ""},
 	{"server share: raw client pipelined Sends vs raw TCP pipelined", "ServerPipelinedRawClient", "RawTCPPipelined", 0, 0, ""},
 	{"cross-node Actor send vs raw protoactor remote send", "ActorSendCrossNode", "RawRemoteSend", 0, 0.70, ""},
+	{"cross-node Actor send, the message passed by value, vs raw remote send", "ActorSendCrossNodeByValue", "RawRemoteSend", 0, 0, ""},
 	{"cross-node Actor send vs raw remote send of a record-sized message", "ActorSendCrossNode", "RawRemoteSendRecordSized", 0, 0, ""},
 	{"bound request/response, Actor on another node vs raw remote request", "BoundRequestCrossNode", "RawRemoteRequest", 0.40, 0.85, "RawTCPPingPong"},
 	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0, 0, ""},
