@@ -13,15 +13,17 @@ import (
 // wactive uses it.
 type nbWrite struct {
 	rc  syscall.RawConn
-	fn  func(fd uintptr) bool
+	fn  func(fd uintptr)
 	buf []byte
 	n   int
 	err error
 }
 
-func (w *nbWrite) write(fd uintptr) bool {
+// write is run through RawConn.Control, not RawConn.Write: it never waits for the
+// socket (what does not fit is the drain's), and Write would first fail on the write
+// deadline a drain left behind once SendTimeout has passed since.
+func (w *nbWrite) write(fd uintptr) {
 	w.n, w.err = syscall.Write(int(fd), w.buf)
-	return true // never wait for the socket: what does not fit is the drain's
 }
 
 // writeNow writes the queue on the producer's goroutine with one non-blocking write
@@ -63,7 +65,7 @@ func (c *conn) writeNow() bool {
 	c.wmu.Unlock()
 
 	w.buf = buf
-	err := w.rc.Write(w.fn)
+	err := w.rc.Control(w.fn)
 	n := max(w.n, 0)
 	if err == nil && w.err != nil && !errors.Is(w.err, syscall.EAGAIN) && !errors.Is(w.err, syscall.EINTR) {
 		err = w.err

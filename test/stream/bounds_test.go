@@ -637,3 +637,32 @@ func TestBounds_NonBlockingFramesBeyondAFullSocketArriveInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A frame written without waiting long after the last write (past SendTimeout, the
+// deadline the writer set for that one) is written, not failed on that stale deadline:
+// the session stays open and the client gets the frame.
+func TestBounds_NonBlockingFrameLongAfterTheLastWriteArrives(t *testing.T) {
+	const sendTimeout = 100 * time.Millisecond
+	th := startHost(t, nil, session.HostOptions{}, func(b *session.NodeBuilder) {
+		b.Bind("tcp://127.0.0.1:0").Socket(session.SocketOptions{SendTimeout: sendTimeout})
+	})
+	c, rid := th.connect(t)
+	peer := filter(th.rec.snapshot(), evConnect, rid)[0].peer
+	if err := peer.Send(context.Background(), "first", wire.CodecRaw, []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.ReadFrame(waitLong); err != nil || f.Header.Name != "first" {
+		t.Fatalf("first push: %v %q", err, f.Header.Name)
+	}
+	// What is tested is the passing of time itself: the first write's deadline expires.
+	time.Sleep(3 * sendTimeout)
+	if err := peer.Send(context.Background(), "second", wire.CodecRaw, []byte("2"), session.NonBlocking()); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.ReadFrame(waitLong); err != nil || f.Header.Name != "second" {
+		t.Fatalf("second push, %v after the first: %v %q", 3*sendTimeout, err, f.Header.Name)
+	}
+	if n := count(th.rec.snapshot(), evDisconnect, rid); n != 0 {
+		t.Fatal("the session closed")
+	}
+}
