@@ -220,8 +220,9 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		if tc.Parent != "" && b.tracer != nil {
 			defer b.finishReplySpan(pkt, tc, kind).End()
 		}
-		// NonBlocking: this runs on the node's record receiver, which serves every
-		// session; a client that does not read must not stall the others.
+		// NonBlocking: this runs on the node's record receiver, or on the reader of
+		// the peer connection the record came by (Records.HandleInline), which serve
+		// every session; a client that does not read must not stall the others.
 		if kind == swire.KindError {
 			ep, err := codec.DecodeErrorPayload(payload)
 			if err != nil {

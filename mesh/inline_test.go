@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,14 +80,16 @@ func TestHandleInline_NeverOvertakesARecordWaitingForTheReceiver(t *testing.T) {
 	}
 }
 
-// An inline handler that panics on one record costs that record only: the node goes
-// on handling what its peer sends, inline and through the receiver.
+// An inline handler that panics on one record costs that record only, handled once:
+// the node goes on handling what its peer sends, inline and through the receiver.
 func TestHandleInline_PanickingHandlerDropsOnlyItsRecord(t *testing.T) {
 	c := meshtest.Start(t, 2, meshtest.Options{Config: coalescing})
 	got := &handledOrder{}
+	var panicked atomic.Int64
 	c.Node(1).Records().HandleInline(wire.CmdReply, func(_ mesh.NodeID, rec *wire.Record) {
 		corr := rec.Body.(*wire.Reply).Correlation
 		if corr == 2 {
+			panicked.Add(1)
 			panic("handler bug")
 		}
 		got.add(corr)
@@ -105,5 +108,8 @@ func TestHandleInline_PanickingHandlerDropsOnlyItsRecord(t *testing.T) {
 	}
 	if o := got.snapshot(); o[0] != 1 || o[1] != 3 || o[2] != 4 || o[3] != 5 {
 		t.Fatalf("handled %v, want 1, 3, 4, 5", o)
+	}
+	if n := panicked.Load(); n != 1 {
+		t.Fatalf("the record whose handler panicked was handled %d times, want once", n)
 	}
 }

@@ -103,10 +103,11 @@ type Node struct {
 	members  *membership
 	metrics  *meshMetrics
 	handlers atomic.Pointer[map[wire.Command]RecordHandler]
-	// inlineCmds: commands whose handler may run on the peer connection's reader
-	// (Records.HandleInline); ownPending: records in the record receiver's mailbox
-	// or being handled there (no record runs inline while there is one).
-	inlineCmds [256]atomic.Bool
+	// inline: the handlers registered with Records.HandleInline, by command, which
+	// may run on the peer connection's reader; ownPending: records in the record
+	// receiver's mailbox or being handled there (no record runs inline while there
+	// is one).
+	inline     [256]atomic.Pointer[RecordHandler]
 	ownPending atomic.Int64
 	hmu        sync.Mutex
 	tapFn      atomic.Pointer[func(TapRecord)]

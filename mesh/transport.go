@@ -98,19 +98,27 @@ func (m recordsMailbox) PostUserMessage(msg any) {
 // none of the sender's earlier records is still waiting there: a reply to a session
 // reaches it without a hand-off to the receiver. It reports false when the record
 // must go through the receiver instead.
-func (n *Node) receiveInline(env *meshpb.Envelope) bool {
+func (n *Node) receiveInline(env *meshpb.Envelope) (handled bool) {
 	f0 := env.Frames[0]
-	if len(f0) <= 3 || !n.inlineCmds[f0[3]].Load() || n.ownPending.Load() != 0 {
+	if len(f0) <= 3 || n.ownPending.Load() != 0 {
+		return false
+	}
+	h := n.inline[f0[3]].Load()
+	if h == nil {
 		return false
 	}
 	defer func() {
 		// The receiver actor survives a handler's panic (protoactor recovers it);
-		// so does the connection's reader.
+		// so does the connection's reader. The record was handled (it is not posted
+		// to the receiver to run again).
 		if r := recover(); r != nil {
 			n.log.Error("mesh: record handler panicked", "command", wire.Command(f0[3]).String(), "panic", r)
+			handled = true
 		}
 	}()
-	n.receive(env)
+	if from, rec, ok := n.accept(env, nil); ok {
+		(*h)(from, rec)
+	}
 	return true
 }
 
@@ -221,9 +229,10 @@ func (n *Node) onUndeliverable(fn func(env *meshpb.Envelope, actorName string) b
 func (n *Node) handle(cmd wire.Command, h RecordHandler, inline bool) {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
-	n.inlineCmds[cmd].Store(false) // before the handler changes
 	if inline {
-		defer n.inlineCmds[cmd].Store(true) // once it is in place
+		n.inline[cmd].Store(&h)
+	} else {
+		n.inline[cmd].Store(nil)
 	}
 	next := make(map[wire.Command]RecordHandler, len(*n.handlers.Load())+1)
 	for k, v := range *n.handlers.Load() {
