@@ -93,8 +93,8 @@ func (e *Events) Ticks() int64 { return e.ticks.Load() }
 // time: arming again replaces the previous one.
 func (e *Events) TicksReach(n int64) <-chan struct{} {
 	ch := make(chan struct{})
+	e.tickTarget.Store(n) // first: a tick in between must not close ch for an old target
 	e.tickDone.Store(&ch)
-	e.tickTarget.Store(n)
 	if e.ticks.Load() >= n {
 		e.reached()
 	}
