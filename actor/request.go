@@ -252,8 +252,11 @@ func (h *Host) deliverTo(ctx context.Context, f RouteFence, msg any, from *Ref, 
 	if !h.node.Membership().IsLive(f.Node) {
 		return fault.Errorf(fault.Unavailable, "actor: %s is not a live member", f.Node)
 	}
-	m, err := h.encode(msg)
-	if err != nil {
+	var m *Message
+	var err error
+	if v, ok := msg.(Message); ok {
+		m = &v // the record copies its fields: a message passed by value stays on the stack
+	} else if m, err = h.encode(msg); err != nil {
 		return err
 	}
 	rec, scratch, err := actorSendRecord(f, m, from, req)
