@@ -49,6 +49,9 @@ type defaultMailbox struct {
 	invoker         MessageInvoker
 	dispatcher      Dispatcher
 	middlewares     []MailboxMiddleware
+	// process is processMessages as a func value, made once (meshnode patch 10): the
+	// method value made at each schedule was an allocation per mailbox run.
+	process func()
 }
 
 func (m *defaultMailbox) PostUserMessage(message interface{}) {
@@ -92,11 +95,16 @@ func (m *defaultMailbox) PostSystemMessage(message interface{}) {
 func (m *defaultMailbox) RegisterHandlers(invoker MessageInvoker, dispatcher Dispatcher) {
 	m.invoker = invoker
 	m.dispatcher = dispatcher
+	m.process = m.processMessages
 }
 
 func (m *defaultMailbox) schedule() {
 	if atomic.CompareAndSwapInt32(&m.schedulerStatus, idle, running) {
-		m.dispatcher.Schedule(m.processMessages)
+		fn := m.process
+		if fn == nil {
+			fn = m.processMessages
+		}
+		m.dispatcher.Schedule(fn)
 	}
 }
 

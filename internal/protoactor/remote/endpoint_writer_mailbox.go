@@ -29,6 +29,7 @@ type endpointWriterMailbox struct {
 	batchSize       int
 	dispatcher      actor.Dispatcher
 	suspended       bool
+	process         func() // processMessages, made once (meshnode patch 10)
 }
 
 func (m *endpointWriterMailbox) PostUserMessage(message interface{}) {
@@ -45,6 +46,7 @@ func (m *endpointWriterMailbox) PostSystemMessage(message interface{}) {
 func (m *endpointWriterMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker = invoker
 	m.dispatcher = dispatcher
+	m.process = m.processMessages
 }
 
 func (m *endpointWriterMailbox) Start() {
@@ -53,7 +55,11 @@ func (m *endpointWriterMailbox) Start() {
 func (m *endpointWriterMailbox) schedule() {
 	atomic.StoreInt32(&m.hasMoreMessages, mailboxHasMoreMessages) // we have more messages to process
 	if atomic.CompareAndSwapInt32(&m.schedulerStatus, mailboxIdle, mailboxRunning) {
-		m.dispatcher.Schedule(m.processMessages)
+		fn := m.process
+		if fn == nil {
+			fn = m.processMessages
+		}
+		m.dispatcher.Schedule(fn)
 	}
 }
 
