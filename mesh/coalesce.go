@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -380,11 +382,22 @@ func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err erro
 	return records, frames, nil
 }
 
-// targetPID is the last local actor a batch record was for: consecutive records for
-// one actor (a busy Actor) reuse its PID, which caches the process it resolves to.
+// targetPID is a local actor that batch records were for, and its PID, which caches
+// the process it resolves to.
 type targetPID struct {
 	name string
 	pid  *actor.PID
+}
+
+// localPIDs remembers, by name, the PIDs of the local actors that coalesced records
+// were for, in a small direct-mapped table: the runs for the Actors of many sessions
+// interleave in a batch, and each found its PID without a registry look-up and four
+// allocations (name, PID, its cached process) only while it was the last one. Bounded
+// by its slots: a collision replaces the slot; a PID whose actor stopped resolves
+// again by itself.
+type localPIDs struct {
+	seed  maphash.Seed
+	slots [256]atomic.Pointer[targetPID]
 }
 
 // fanOut hands the records of a coalesced envelope to the actors they name, in order.
@@ -473,14 +486,15 @@ func eachInRun(env *meshpb.Envelope, fn func(rec *meshpb.Envelope)) {
 	})
 }
 
-// localPID returns the PID of the local actor named name, reusing the last one.
+// localPID returns the PID of the local actor named name (see localPIDs).
 func (n *Node) localPID(name []byte) *actor.PID {
-	if t := n.lastTarget.Load(); t != nil && t.name == string(name) {
+	slot := &n.localPIDs.slots[maphash.Bytes(n.localPIDs.seed, name)%uint64(len(n.localPIDs.slots))]
+	if t := slot.Load(); t != nil && t.name == string(name) {
 		return t.pid
 	}
 	t := &targetPID{name: string(name)}
 	t.pid = actor.NewPID(n.system.Address(), t.name)
-	n.lastTarget.Store(t)
+	slot.Store(t)
 	return t.pid
 }
 

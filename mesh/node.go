@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log"
 	"log/slog"
@@ -124,8 +125,8 @@ type Node struct {
 	flow *flow
 	// coalesce: records toward a peer are coalesced (Config.NoCoalescing off).
 	coalesce bool
-	// lastTarget: the local actor the last coalesced record was for (coalesce.go).
-	lastTarget atomic.Pointer[targetPID]
+	// localPIDs: the local actors coalesced records were for (coalesce.go).
+	localPIDs localPIDs
 
 	timing timing // memberlist's failure-detection settings, for FailureBound
 
@@ -181,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MeterProvider == nil {
 		cfg.MeterProvider = otel.GetMeterProvider()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), localPIDs: localPIDs{seed: maphash.MakeSeed()}}
 	n.membershipView.n, n.recordsView.n = n, n
 	n.flow = newFlow(n, cfg.PeerWindowRecords, cfg.PeerWindowBytes)
 	n.coalesce = !cfg.NoCoalescing
