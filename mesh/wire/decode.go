@@ -32,6 +32,10 @@ type Decoder struct {
 	text    string    // the previous record's whole text
 	share   textShare // its text fields, in decode order, and the state of a decode
 	backoff int       // records to decode without comparing field by field
+	// seen: a record was decoded before. The first record's text fields are not
+	// collected one by one (a Decoder often decodes one record only: a run of one),
+	// so the second record can take the first's strings only whole.
+	seen bool
 }
 
 // fieldBackoff is how many records a Decoder decodes without comparing field by field
@@ -128,11 +132,19 @@ func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	sb.Write(md)
 	sb.Write(ph)
 	all := sb.String()
-	rec, err := decodeBody(frames, all, len(md), cmd, flags, mdIdx, plIdx, sh)
+	collect := sh
+	if d != nil && !d.seen {
+		collect = nil
+	}
+	rec, err := decodeBody(frames, all, len(md), cmd, flags, mdIdx, plIdx, collect)
 	if d != nil {
-		if err != nil {
+		d.seen = true
+		switch {
+		case err != nil:
 			d.text, sh.prev = "", sh.prev[:0]
-		} else {
+		case collect == nil:
+			d.text, sh.prev = all, sh.prev[:0]
+		default:
 			d.text = all
 			sh.prev, sh.cur = sh.cur, sh.prev[:0]
 		}
