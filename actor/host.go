@@ -662,8 +662,10 @@ func (s *shell) Receive(pctx proto.Context) {
 // move that failed), given to dead letters like the messages still in its mailbox
 // (whoever watches them forwards or answers them).
 func (s *shell) receiveRun(pctx proto.Context, run *meshpb.Envelope) {
-	var dec wire.Decoder // consecutive records of a stream share their strings
-	s.h.node.Records().EachInRun(run, func(rec *meshpb.Envelope) {
+	sc := runScratchPool.Get().(*runScratch)
+	defer sc.release()
+	sc.cur.Reset(run)
+	for rec, ok := sc.cur.Next(); ok; rec, ok = sc.cur.Next() {
 		switch {
 		case s.forwardTo != nil || s.holding || s.arrival != nil:
 			s.route(pctx, mesh.CloneRecord(rec))
@@ -672,11 +674,26 @@ func (s *shell) receiveRun(pctx proto.Context, run *meshpb.Envelope) {
 		default:
 			s.act.dequeued(envelopeBytes(rec))
 			s.act.lastActive.Store(s.h.clock.Load())
-			if from, decoded, ok := s.h.node.Records().AcceptWith(rec, &dec); ok {
+			if from, decoded, ok := s.h.node.Records().AcceptWith(rec, &sc.dec); ok {
 				s.receiveDecoded(from, decoded)
 			}
 		}
-	})
+	}
+}
+
+// runScratch is what taking a run's records needs, pooled: a run of one record (the
+// Actors of many sessions, each sent to now and then) then costs no allocation for it.
+type runScratch struct {
+	cur mesh.RunCursor
+	dec wire.Decoder // consecutive records of a stream share their strings
+}
+
+var runScratchPool = sync.Pool{New: func() any { return new(runScratch) }}
+
+func (sc *runScratch) release() {
+	sc.cur.Clear()
+	sc.dec.Reset()
+	runScratchPool.Put(sc)
 }
 
 // route runs, holds or forwards one message, by the state of the activation.

@@ -339,37 +339,9 @@ func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err erro
 	var r batchRecord
 	whole := len(b)
 	for len(b) > 0 {
-		r.start = whole - len(b)
-		tl, n := binary.Uvarint(b)
-		if n <= 0 || tl > uint64(len(b)-n) {
-			return 0, 0, errBadBatch
+		if b, err = nextBatchRecord(b, whole, &r); err != nil {
+			return 0, 0, err
 		}
-		b = b[n:]
-		r.target, b = b[:tl], b[tl:]
-		if len(b) < batchHeader {
-			return 0, 0, errBadBatch
-		}
-		r.nframe = int(b[0])
-		if r.nframe < 1 || r.nframe > 3 {
-			return 0, 0, errBadBatch
-		}
-		lens := b[1:batchHeader]
-		b = b[batchHeader:]
-		for i := range 3 {
-			fl := binary.BigEndian.Uint32(lens[4*i:])
-			if i >= r.nframe {
-				if fl != 0 {
-					return 0, 0, errBadBatch
-				}
-				r.frames[i] = nil
-				continue
-			}
-			if uint64(fl) > uint64(len(b)) {
-				return 0, 0, errBadBatch
-			}
-			r.frames[i], b = b[:fl:fl], b[fl:]
-		}
-		r.end = whole - len(b)
 		records++
 		frames += r.nframe
 		if fn != nil {
@@ -380,6 +352,43 @@ func walkBatch(b []byte, fn func(r *batchRecord)) (records, frames int, err erro
 		return 0, 0, errBadBatch
 	}
 	return records, frames, nil
+}
+
+// nextBatchRecord decodes the record at the start of b, the rest of a batch of whole
+// bytes, into r, and returns what follows it.
+func nextBatchRecord(b []byte, whole int, r *batchRecord) ([]byte, error) {
+	r.start = whole - len(b)
+	tl, n := binary.Uvarint(b)
+	if n <= 0 || tl > uint64(len(b)-n) {
+		return nil, errBadBatch
+	}
+	b = b[n:]
+	r.target, b = b[:tl], b[tl:]
+	if len(b) < batchHeader {
+		return nil, errBadBatch
+	}
+	r.nframe = int(b[0])
+	if r.nframe < 1 || r.nframe > 3 {
+		return nil, errBadBatch
+	}
+	lens := b[1:batchHeader]
+	b = b[batchHeader:]
+	for i := range 3 {
+		fl := binary.BigEndian.Uint32(lens[4*i:])
+		if i >= r.nframe {
+			if fl != 0 {
+				return nil, errBadBatch
+			}
+			r.frames[i] = nil
+			continue
+		}
+		if uint64(fl) > uint64(len(b)) {
+			return nil, errBadBatch
+		}
+		r.frames[i], b = b[:fl:fl], b[fl:]
+	}
+	r.end = whole - len(b)
+	return b, nil
 }
 
 // targetPID is a local actor that batch records were for, and its PID, which caches
@@ -477,13 +486,53 @@ func runStats(env *meshpb.Envelope) (records int, bytes int64, sends int) {
 // eachInRun calls fn with each record of the run env in order, as a one-record
 // envelope that fn may use only until it returns (one envelope is reused for all).
 func eachInRun(env *meshpb.Envelope, fn func(rec *meshpb.Envelope)) {
-	var frames [3][]byte
-	sub := &meshpb.Envelope{FromRid: env.FromRid, FromGeneration: env.FromGeneration, ToRid: env.ToRid, ToGeneration: env.ToGeneration}
-	_, _, _ = walkBatch(env.Batch, func(r *batchRecord) {
-		frames = r.frames
-		sub.Frames = frames[:r.nframe:r.nframe]
-		fn(sub)
-	})
+	var c RunCursor
+	c.Reset(env)
+	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+		fn(rec)
+	}
+}
+
+// RunCursor hands out the records of a run (see IsRun) one at a time, in order, as a
+// one-record envelope it reuses: what Next returns is valid until the next call or
+// Reset. A cursor kept between runs (pooled) makes taking a run's records cost no
+// allocation. The zero value is ready for Reset.
+type RunCursor struct {
+	rest   []byte
+	whole  int
+	sub    meshpb.Envelope
+	frames [3][]byte
+}
+
+// Reset starts reading the run env.
+func (c *RunCursor) Reset(env *meshpb.Envelope) {
+	c.rest, c.whole = env.Batch, len(env.Batch)
+	c.sub.FromRid, c.sub.FromGeneration, c.sub.ToRid, c.sub.ToGeneration = env.FromRid, env.FromGeneration, env.ToRid, env.ToGeneration
+	c.sub.Frames = nil
+}
+
+// Next returns the run's next record, or false after the last (or at bytes that are
+// not a record, which the node never hands on: it checks a batch whole first).
+func (c *RunCursor) Next() (*meshpb.Envelope, bool) {
+	if len(c.rest) == 0 {
+		return nil, false
+	}
+	var r batchRecord
+	rest, err := nextBatchRecord(c.rest, c.whole, &r)
+	if err != nil {
+		c.rest = nil
+		return nil, false
+	}
+	c.rest = rest
+	c.frames = r.frames
+	c.sub.Frames = c.frames[:r.nframe:r.nframe]
+	return &c.sub, true
+}
+
+// Clear forgets the run, so a pooled cursor keeps no batch alive.
+func (c *RunCursor) Clear() {
+	c.rest, c.sub.Frames, c.frames = nil, nil, [3][]byte{}
+	c.sub.FromRid, c.sub.ToRid = "", ""
 }
 
 // localPID returns the PID of the local actor named name (see localPIDs).

@@ -3,6 +3,8 @@ package mesh
 import (
 	"bytes"
 	"testing"
+
+	"github.com/meshnode/meshnode/mesh/meshpb"
 )
 
 // batchRecords decodes a batch into owned copies of its records.
@@ -30,8 +32,29 @@ func FuzzWalkBatch(f *testing.F) {
 	f.Add([]byte{0x00, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		targets, frames, err := batchRecords(b)
+		// A RunCursor reads the same records (it never panics on any bytes, and stops
+		// at the first that are not a record).
+		var c RunCursor
+		c.Reset(&meshpb.Envelope{Batch: b})
+		n := 0
+		for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+			if err == nil && (n >= len(frames) || len(rec.Frames) != len(frames[n])) {
+				t.Fatalf("cursor record %d: %d frames, walkBatch gave %v", n, len(rec.Frames), frames)
+			}
+			if err == nil {
+				for j := range rec.Frames {
+					if !bytes.Equal(rec.Frames[j], frames[n][j]) {
+						t.Fatalf("cursor record %d frame %d differs", n, j)
+					}
+				}
+			}
+			n++
+		}
 		if err != nil {
 			return
+		}
+		if n != len(targets) {
+			t.Fatalf("cursor read %d records, walkBatch %d", n, len(targets))
 		}
 		var again []byte
 		for i := range targets {

@@ -162,7 +162,8 @@ func (r *Records) RunStats(env *meshpb.Envelope) (records int, bytes int64, send
 
 // EachInRun calls fn with each record of the run env, in order, as a one-record
 // envelope (from and to those of env) that is valid only until fn returns: one
-// envelope is reused for every record. Use CloneRecord to keep one.
+// envelope is reused for every record. Use CloneRecord to keep one. A RunCursor does
+// the same without a callback and, kept between runs, without allocating.
 func (r *Records) EachInRun(env *meshpb.Envelope, fn func(rec *meshpb.Envelope)) {
 	eachInRun(env, fn)
 }

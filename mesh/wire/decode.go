@@ -53,6 +53,15 @@ type textShare struct {
 // Decode decodes one record (see the package function Decode).
 func (d *Decoder) Decode(frames [][]byte) (*Record, error) { return decode(frames, d) }
 
+// Reset forgets the records decoded so far (a pooled Decoder keeps no string of
+// theirs alive) and keeps its buffers.
+func (d *Decoder) Reset() {
+	clear(d.share.prev[:cap(d.share.prev)])
+	clear(d.share.cur[:cap(d.share.cur)])
+	d.text, d.share.prev, d.share.cur, d.backoff, d.seen = "", d.share.prev[:0], d.share.cur[:0], 0, false
+	d.share.start(false)
+}
+
 func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	if len(frames) == 0 {
 		return nil, &Error{Class: ClassFrameCount, Field: "head", Reason: "no frames", Offset: -1}

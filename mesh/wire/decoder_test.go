@@ -100,3 +100,31 @@ func TestDecoder_RelaysOfOneSessionShareTheirStrings(t *testing.T) {
 		relay(seq, "sess-0001") // after a miss: decoded whole a few times, then compared again
 	}
 }
+
+// After Reset a Decoder shares nothing with the records decoded before it (a pooled
+// Decoder keeps none of their strings) and decodes as a new one does.
+func TestDecoder_ResetForgetsThePreviousRecords(t *testing.T) {
+	var d Decoder
+	rec := actorSendTail(16)
+	frames := mustEncode(t, rec)
+	first, err := d.Decode(frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Reset()
+	if d.text != "" || len(d.share.prev) != 0 || d.seen {
+		t.Fatalf("state left after Reset: text %q, %d fields, seen %v", d.text, len(d.share.prev), d.seen)
+	}
+	again, err := d.Decode(frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Decode(frames)
+	if !reflect.DeepEqual(again, want) {
+		t.Fatalf("after Reset: %+v, want %+v", again, want)
+	}
+	name := func(r *Record) *byte { return unsafe.StringData(r.Payload.PacketName) }
+	if name(first) == name(again) {
+		t.Error("a record decoded after Reset shares a string with one decoded before")
+	}
+}
