@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -92,7 +93,14 @@ func (d *RendezvousDirectory) lookup(ctx context.Context, kind, id, onRID string
 		return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
 	}
 	if holder == h.node.ID() {
-		return d.serve(ctx, kind, id, onRID, stale)
+		f, err := d.serve(ctx, kind, id, onRID, stale)
+		var ne *notOwnerError
+		if errors.As(err, &ne) && ne.owner != "" && ne.owner != h.node.ID().RID {
+			// The membership changed while the lookup waited for the directory: the id
+			// has another holder now, which answers.
+			return d.remoteLookup(ctx, ne.owner, kind, id, onRID, stale)
+		}
+		return f, err
 	}
 	f, err := d.remoteLookup(ctx, holder.RID, kind, id, onRID, stale)
 	var ne *notOwnerError
@@ -201,6 +209,11 @@ func (d *RendezvousDirectory) usable(ctx context.Context) error {
 	}
 }
 
+// serveHook, when set (by tests, export_test.go), runs in serve once the directory is
+// usable, before the holder and the entry are looked at: a test holds a lookup there
+// while the membership changes.
+var serveHook atomic.Pointer[func(id string)]
+
 // serve answers a lookup for an id this node holds: the entry when it names a live
 // node, otherwise a new activation (on placeOn, or here), entered before it is
 // returned. Lookups of one id that race wait for the first.
@@ -213,8 +226,21 @@ func (d *RendezvousDirectory) serve(ctx context.Context, kind, id, placeOn strin
 	if err := d.usable(ctx); err != nil {
 		return RouteFence{}, err
 	}
+	if hook := serveHook.Load(); hook != nil {
+		(*hook)(id)
+	}
 	h := d.host
 	for {
+		// This node was the holder when the lookup began; the membership may have
+		// changed while it waited (for a rebuild, a creation, the failover margin),
+		// and a node that is no longer the holder must not place the Actor: the
+		// holder's entry may name a live activation this node's rebuild dropped.
+		if holder := d.holderOf(id); holder != h.node.ID() {
+			if holder.RID == "" {
+				return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: no live member")
+			}
+			return RouteFence{}, &notOwnerError{owner: holder.RID}
+		}
 		d.mu.Lock()
 		if e, ok := d.entries[id]; ok {
 			if kind != "" && e.kind != kind {

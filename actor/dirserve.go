@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,6 +112,11 @@ func (h *Host) serveSlow(ctx context.Context, sender *proto.PID, m any) {
 			break
 		}
 		f, err := h.rdir.serve(ctx, m.Kind, m.ActorId, m.PlaceOn, fencePtrFromPB(m.Stale))
+		if ne := (*notOwnerError)(nil); errors.As(err, &ne) {
+			// The holder changed while the lookup waited here.
+			answer = &meshpb.LookupResponse{ActorId: m.ActorId, ErrorCode: codeNotOwner, OwnerRid: ne.owner}
+			break
+		}
 		answer = lookupResponse(f, err)
 	case *meshpb.ActivateRequest:
 		var f RouteFence

@@ -1,0 +1,33 @@
+package actor
+
+import "github.com/meshnode/meshnode/mesh"
+
+// SetServeHook makes fn run in the directory's serve once the directory is usable
+// (see serveHook); nil removes it.
+func SetServeHook(fn func(id string)) {
+	if fn == nil {
+		serveHook.Store(nil)
+		return
+	}
+	serveHook.Store(&fn)
+}
+
+// DirectoryHolder returns the node that holds id's directory entry in h's view.
+func DirectoryHolder(h *Host, id string) mesh.NodeID { return h.rdir.holderOf(id) }
+
+// HasDirectoryEntry reports whether h's directory holds an entry for id.
+func HasDirectoryEntry(h *Host, id string) bool {
+	h.rdir.mu.Lock()
+	defer h.rdir.mu.Unlock()
+	_, ok := h.rdir.entries[id]
+	return ok
+}
+
+// HolderAmong returns the node rendezvous hashing chooses for id among nodes.
+func HolderAmong(id string, nodes ...mesh.NodeID) mesh.NodeID {
+	ms := make([]mesh.Member, len(nodes))
+	for i, n := range nodes {
+		ms[i] = mesh.Member{ID: n, State: mesh.StateAlive}
+	}
+	return ownerOf(id, ms)
+}

@@ -1,0 +1,92 @@
+package actor_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/actor"
+)
+
+// A lookup served by the directory holder that stops being the holder while it waits
+// (the holder left, this node took over and rebuilt, then the holder's new lifecycle
+// joined and this node dropped the entry) asks the new holder instead of placing the
+// Actor itself: the Actor keeps its one activation. (Found by the chaos suite: the
+// lookup placed a second activation that nothing reconciled.)
+func TestDirectory_LookupThatOutlivesItsHolderRoleAsksTheNewHolder(t *testing.T) {
+	c := start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
+	var id string
+	for i := 0; ; i++ {
+		id = "h" + strconv.Itoa(i)
+		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n0 {
+			break
+		}
+	}
+	home, err := c.host(1).LookupOn(ctx, "recorder", id, n1.RID)
+	if err != nil || home.Node != n1 {
+		t.Fatalf("activation on node 1: %v %v", home, err)
+	}
+	// Node 2 (the holder) fails; node 0 takes over and rebuilds the entry from node 1.
+	c.Kill(2)
+	if err := c.WaitUntil(wait, func() bool {
+		return actor.DirectoryHolder(c.host(0), id) == n0 && actor.HasDirectoryEntry(c.host(0), id)
+	}); err != nil {
+		t.Fatal("node 0 never took over the entry")
+	}
+	// A lookup on node 0 waits in the directory while node 2 comes back.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	actor.SetServeHook(func(got string) {
+		if got == id {
+			once.Do(func() { close(entered); <-release })
+		}
+	})
+	defer actor.SetServeHook(nil)
+	type result struct {
+		f   actor.RouteFence
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		f, err := c.host(0).Lookup(ctx, "recorder", id)
+		done <- result{f, err}
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the lookup never reached the directory")
+	}
+	c.Restart(2)
+	n2 = c.Node(2).ID()
+	if err := c.WaitUntil(wait, func() bool {
+		return actor.DirectoryHolder(c.host(0), id) == n2 && !actor.HasDirectoryEntry(c.host(0), id) &&
+			actor.HasDirectoryEntry(c.host(2), id)
+	}); err != nil {
+		close(release)
+		t.Fatal("node 2's new lifecycle never took the entry back")
+	}
+	close(release)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("lookup: %v", r.err)
+	}
+	if r.f != home {
+		t.Errorf("lookup answered %v, want the activation on node 1, %v", r.f, home)
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		for _, a := range c.host(i).Active() {
+			if a.ID == id {
+				n++
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d activations of %s, want 1", n, id)
+	}
+}
