@@ -189,24 +189,54 @@ func TestBounds_ClientThatDoesNotReadStallsOnlyItself(t *testing.T) {
 }
 
 // Digest §9.3: permit waiters are served oldest source first, with one outstanding
-// waiter per source. (Strict permit accounting, so that the one permit stays taken
-// while the sources line up.)
+// waiter per source. (Strict permit accounting, so that a permit stays taken until its
+// packet's callback starts.)
+//
+// Each source first parks a "gate" callback, so that the packet the permit is granted
+// to is queued behind it and keeps the permit: the grant is then observable one step
+// at a time. The test opens the gates in the expected order; a source that was passed
+// over has no packet behind its gate, and the wait for its callback fails.
 func TestBounds_PermitWaitersOldestSourceFirstOnePerSource(t *testing.T) {
 	rec := newRecorder()
 	release := make(chan struct{})
 	defer closeOnce(release)
-	blockOn(rec, release)
+	gates := [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	defer func() {
+		for _, g := range gates {
+			closeOnce(g)
+		}
+	}()
+	rec.onPacket = func(ctx context.Context, p *session.Packet) error {
+		var wait <-chan struct{}
+		switch p.Name {
+		case "block":
+			wait = release
+		case "gate0", "gate1", "gate2":
+			wait = gates[p.Name[4]-'0']
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+		}
+		return echo(ctx, p)
+	}
 	th := startHost(t, rec, session.HostOptions{MaxQueuedApplicationJobs: 1, StallTimeout: -1}, nil)
 	holder, _ := th.connect(t)
 	write(t, holder, send("block", `{}`))
 	rec.waitFor(t, waitLong, "block callback", func(evs []event) bool { return len(packetsNamed(evs, "block")) == 1 })
+	conns := make([]*testkit.RawConn, 3)
+	for i := range conns {
+		conns[i], _ = th.connect(t)
+		gate := fmt.Sprintf("gate%d", i)
+		write(t, conns[i], send(gate, `{}`))
+		rec.waitFor(t, waitLong, gate+" callback", func(evs []event) bool { return len(packetsNamed(evs, gate)) == 1 })
+	}
 	write(t, holder, send("held", `{}`)) // takes the only permit, queued behind the block
 	th.waitMetric(t, mJobs, 1, state("queued"))
 
-	var order []session.RoutingID
-	for i := range 3 {
-		c, rid := th.connect(t)
-		order = append(order, rid)
+	for i, c := range conns {
 		// The third source sends two packets: it still has one waiter only.
 		n := 1
 		if i == 2 {
@@ -218,18 +248,24 @@ func TestBounds_PermitWaitersOldestSourceFirstOnePerSource(t *testing.T) {
 		th.waitMetric(t, mWaiters, int64(i+1))
 	}
 	rec.none(t, waitShort, "a fourth waiter", func([]event) bool { return th.metric(t, mWaiters) > 3 })
+
+	// The held packet's turn starts and hands its permit on: to source 0, the oldest.
 	closeOnce(release)
-	evs := rec.waitFor(t, waitLong, "every source served", func(evs []event) bool {
+	th.waitMetric(t, mWaiters, 2)
+	for i := range conns {
+		// The source granted last holds the permit behind its gate; when the gate
+		// opens its packet runs, and the permit goes on to the next source.
+		closeOnce(gates[i])
+		name := fmt.Sprintf("src%d.0", i)
+		rec.waitFor(t, waitLong, name+" (source "+fmt.Sprint(i)+" served in turn, oldest first)", func(evs []event) bool {
+			return len(packetsNamed(evs, name)) == 1
+		})
+	}
+	rec.waitFor(t, waitLong, "the third source's second packet", func(evs []event) bool {
 		return len(packetsNamed(evs, "src2.1")) == 1
 	})
-	var got []session.RoutingID
-	for _, e := range evs {
-		if e.kind == evPacket && strings.HasPrefix(e.pkt.Name, "src") && strings.HasSuffix(e.pkt.Name, ".0") {
-			got = append(got, e.rid)
-		}
-	}
-	if fmt.Sprint(got) != fmt.Sprint(order) {
-		t.Fatalf("sources served in order %v, want %v (oldest first)", got, order)
+	if got := th.metric(t, mWaiters); got != 0 {
+		t.Errorf("%d permit waiters left, want 0", got)
 	}
 }
 
