@@ -192,21 +192,53 @@ func rendezvousScore(id, rid string) uint64 {
 	return h
 }
 
-// usable waits until the latest rebuild is done, and fails while this node has no
-// quorum.
+// usable waits until the latest rebuild is done and was for the members this node sees
+// live now, and fails while this node has no quorum.
+//
+// The membership view changes a moment before its event reaches the directory (the
+// event starts the rebuild). In between, a member that left has handed ids to this
+// node whose activations it has not pulled yet: a lookup there would place a second
+// activation, and the merge that follows would keep the fresh one and stop the one
+// with the state (found by the chaos suite). So a view the last rebuild did not see
+// starts the rebuild here, without waiting for the event.
 func (d *RendezvousDirectory) usable(ctx context.Context) error {
-	if !d.host.quorum.has() {
-		return ErrNoQuorum
+	for {
+		if !d.host.quorum.has() {
+			return ErrNoQuorum
+		}
+		d.mu.Lock()
+		ready := d.ready
+		d.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return fault.Errorf(fault.Unavailable, "actor: the directory is rebuilding after a membership change: %w", ctx.Err())
+		}
+		live := d.host.node.Membership().Live()
+		d.mu.Lock()
+		current, rebuilding := d.rebuiltForLocked(live), d.rebuilding
+		d.mu.Unlock()
+		if current {
+			return nil
+		}
+		if !rebuilding && !d.membershipChanged() {
+			return fault.Errorf(fault.ShuttingDown, "actor: the host is closing")
+		}
 	}
-	d.mu.Lock()
-	ready := d.ready
-	d.mu.Unlock()
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return fault.Errorf(fault.Unavailable, "actor: the directory is rebuilding after a membership change: %w", ctx.Err())
+}
+
+// rebuiltForLocked reports whether the last complete rebuild was for exactly the live
+// members live. d.mu is held.
+func (d *RendezvousDirectory) rebuiltForLocked(live []mesh.Member) bool {
+	if len(live) != len(d.syncedLive) {
+		return false
 	}
+	for _, m := range live {
+		if !d.syncedLive[m.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 // serveHook, when set (by tests, export_test.go), runs in serve once the directory is
@@ -692,13 +724,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// syncedWithLiveLocked reports whether the last rebuild merged the activations of every
-// member this node sees live. d.mu is held.
+// syncedWithLiveLocked reports whether the last rebuild was for the members this node
+// sees live and merged the activations of every one of them. d.mu is held.
 func (d *RendezvousDirectory) syncedWithLiveLocked() bool {
-	for _, m := range d.host.node.Membership().Live() {
+	live := d.host.node.Membership().Live()
+	for _, m := range live {
 		if !d.synced[m.ID] {
 			return false
 		}
 	}
-	return true
+	return d.rebuiltForLocked(live)
 }

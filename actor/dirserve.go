@@ -223,13 +223,13 @@ func (h *Host) hosted() []*meshpb.Hosted {
 
 // membershipChanged starts (or restarts) the rebuild of the entries this node holds.
 // Until it is done the node answers for ids it has an entry of, and makes lookups of
-// the others wait.
-func (d *RendezvousDirectory) membershipChanged() {
+// the others wait. It reports false when the host is closed (no rebuild runs).
+func (d *RendezvousDirectory) membershipChanged() bool {
 	d.mu.Lock()
 	d.syncGen++
 	if d.rebuilding {
 		d.mu.Unlock()
-		return
+		return true
 	}
 	d.rebuilding = true
 	d.releasedDuring = map[RouteFence]bool{}
@@ -241,7 +241,9 @@ func (d *RendezvousDirectory) membershipChanged() {
 		d.releasedDuring = nil
 		close(d.ready)
 		d.mu.Unlock()
+		return false
 	}
+	return true
 }
 
 // rebuild pushes this node's activations to their holders and pulls every live

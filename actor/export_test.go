@@ -31,3 +31,13 @@ func HolderAmong(id string, nodes ...mesh.NodeID) mesh.NodeID {
 	}
 	return ownerOf(id, ms)
 }
+
+// SetMembershipHook makes fn run first in every host's handling of a membership event
+// (see membershipHook); nil removes it.
+func SetMembershipHook(fn func(h *Host, ev mesh.MemberEvent)) {
+	if fn == nil {
+		membershipHook.Store(nil)
+		return
+	}
+	membershipHook.Store(&fn)
+}

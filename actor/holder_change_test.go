@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
 )
 
 // A lookup served by the directory holder that stops being the holder while it waits
@@ -80,6 +81,79 @@ func TestDirectory_LookupThatOutlivesItsHolderRoleAsksTheNewHolder(t *testing.T)
 	}
 	n := 0
 	for i := 0; i < 3; i++ {
+		for _, a := range c.host(i).Active() {
+			if a.ID == id {
+				n++
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d activations of %s, want 1", n, id)
+	}
+}
+
+// A lookup on the node that becomes an id's directory holder when the holder leaves,
+// made after that node's view lost the holder but before the membership event reached
+// its directory, answers the existing activation: the directory rebuilds for the view
+// it is asked under instead of placing a second activation. (Found by the chaos suite:
+// the merge that followed kept the fresh activation and stopped the one with the
+// state.)
+func TestDirectory_LookupBeforeTheLeaveReachesTheDirectoryFindsTheActivation(t *testing.T) {
+	c := start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
+	var id string
+	for i := 0; ; i++ {
+		id = "l" + strconv.Itoa(i)
+		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n0 {
+			break
+		}
+	}
+	home, err := c.host(1).LookupOn(ctx, "recorder", id, n1.RID)
+	if err != nil || home.Node != n1 {
+		t.Fatalf("activation on node 1: %v %v", home, err)
+	}
+	// Nodes 0 and 1 do not act on node 2's leave until the lookup is done: node 0's
+	// directory does not rebuild, and node 1 does not push its activation to node 0.
+	h0, h1 := c.host(0), c.host(1)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	actor.SetMembershipHook(func(h *actor.Host, ev mesh.MemberEvent) {
+		if ev.Member.ID != n2 {
+			return
+		}
+		switch h {
+		case h0:
+			once.Do(func() { close(held) })
+			<-release
+		case h1:
+			<-release
+		}
+	})
+	defer actor.SetMembershipHook(nil)
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unhold()
+	c.Stop(2)
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("node 0 never saw node 2 leave")
+	}
+	if got := actor.DirectoryHolder(h0, id); got != n0 {
+		t.Fatalf("node 0 sees %v as the holder of %s, want itself", got, id)
+	}
+	f, err := h0.Lookup(ctx, "recorder", id)
+	unhold()
+	if err != nil {
+		t.Fatalf("lookup: %v", err)
+	}
+	if f != home {
+		t.Errorf("lookup answered %v, want the activation on node 1, %v", f, home)
+	}
+	n := 0
+	for _, i := range []int{0, 1} {
 		for _, a := range c.host(i).Active() {
 			if a.ID == id {
 				n++

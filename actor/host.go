@@ -567,10 +567,17 @@ type remoteSend struct {
 	in   inboundSend
 }
 
+// membershipHook, when set (by tests, export_test.go), runs first in every host's
+// onMembership: a test holds a node's directory behind the node's membership view.
+var membershipHook atomic.Pointer[func(h *Host, ev mesh.MemberEvent)]
+
 // onMembership follows membership: keep-majority, the directory's rebuild (the holder
 // of some ids may have changed), and calls waiting on a node that went. Activations
 // stay where they are.
 func (h *Host) onMembership(ev mesh.MemberEvent) {
+	if hook := membershipHook.Load(); hook != nil {
+		(*hook)(h, ev)
+	}
 	// Resolved Addresses are looked up again.
 	h.routeMu.Lock()
 	clear(h.routes)
