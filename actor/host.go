@@ -203,6 +203,9 @@ type activation struct {
 	moved    bool        // it arrived by a move (set before it is published)
 	moving   atomic.Bool // a move from here is in progress
 	arriving atomic.Bool // moved here, not committed yet: dispatch closed
+	// arrived is closed when an arriving activation commits (nil for one placed here):
+	// a drain waits for it before moving the Actor on.
+	arrived chan struct{}
 
 	queued      atomic.Int64 // messages in its mailbox (records and Actor messages)
 	queuedBytes atomic.Int64
@@ -442,6 +445,7 @@ func (h *Host) spawn(k Kind, fence RouteFence, impl Actor, arr *arrival) (*activ
 		a.former = &src
 		a.moved = true
 		a.arriving.Store(true)
+		a.arrived = make(chan struct{})
 	}
 	a.lastActive.Store(time.Now().UnixNano())
 	a.ctx, a.cancel = context.WithCancel(context.Background())

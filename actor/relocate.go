@@ -522,6 +522,12 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 		h.Deactivate(src.ID)
 		return fail(fmt.Errorf("%w: %w", ErrBadState, err))
 	}
+	if h.draining.Load() {
+		// A drain began after the check above; it may have listed this node's Actors
+		// before this one was spawned, and the Actor would then stop with the node.
+		h.Deactivate(src.ID)
+		return fail(fault.Errorf(fault.ShuttingDown, "actor: node %s is draining", self.RID))
+	}
 	pid := a.pid
 	arr.fallback = time.AfterFunc(CutoverWait, func() { h.system.Root.Send(pid, cutoverTimeout{}) })
 	return &meshpb.MoveReady{Target: fenceToPB(m.Target)}
@@ -591,6 +597,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 		return
 	}
 	s.act.arriving.Store(false)
+	close(s.act.arrived)
 	s.deliver(Started{Moved: true}, nil, nil)
 	pending := s.held
 	s.held = nil
@@ -693,6 +700,9 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 		wg.Add(1)
 		go func(id string, to mesh.NodeID) {
 			defer func() { <-slots; wg.Done() }()
+			if !h.awaitArrival(ctx, id) {
+				return // it stopped (a move here was abandoned): nothing to move
+			}
 			_, err := h.Relocate(ctx, id, to.RID)
 			mu.Lock()
 			defer mu.Unlock()
@@ -705,6 +715,27 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 	}
 	wg.Wait()
 	return moved, errors.Join(errs...)
+}
+
+// awaitArrival waits until the local activation of id, if it is arriving by a move,
+// has committed (a drain moves it on from there). It reports false when the activation
+// is gone, or stopped while it waited.
+func (h *Host) awaitArrival(ctx context.Context, id string) bool {
+	a, ok := h.local(id)
+	if !ok {
+		return false
+	}
+	if !a.arriving.Load() {
+		return true
+	}
+	select {
+	case <-a.arrived:
+		return true
+	case <-a.ctx.Done():
+		return false
+	case <-ctx.Done():
+		return true // Relocate reports the deadline
+	}
 }
 
 // Draining reports whether Drain was called.

@@ -609,3 +609,72 @@ func TestRelocation_BadStateAndDeadTargetAreRefused(t *testing.T) {
 		t.Fatalf("after the move to a dead node %+v", got)
 	}
 }
+
+// A drain that starts while an Actor is arriving on the node by a move loses neither
+// the Actor nor its state, and reports no error: either the arrival is refused (the
+// Actor serves at its source again) or the drain waits for it to commit and moves it
+// on.
+func TestDrain_AnActorArrivingWhenTheDrainStartsKeepsItsState(t *testing.T) {
+	c := startReloc(t, 3)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "counter", ID: "d1"}
+	if _, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.host(0).Send(ctx, addr, &Add{N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.count(t, 0, addr); got.N != 7 {
+		t.Fatalf("count %d, want 7", got.N)
+	}
+	// The move's restore on node 1 waits until the drain of node 1 has begun.
+	entered, release := make(chan struct{}), make(chan struct{})
+	c.host(0).HandleMove(actor.MoveHooks{Capture: func(*actor.Turn) ([]byte, error) { return []byte("layer"), nil }})
+	c.host(1).HandleMove(actor.MoveHooks{Restore: func(*actor.Turn, []byte) error {
+		close(entered)
+		<-release
+		return nil
+	}})
+	moved := make(chan error, 1)
+	go func() {
+		_, err := c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID)
+		moved <- err
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the move never reached its restore")
+	}
+	type drained struct {
+		n   int
+		err error
+	}
+	drain := make(chan drained, 1)
+	go func() {
+		n, err := c.host(1).Drain(ctx, 2)
+		drain <- drained{n, err}
+	}()
+	if err := c.WaitUntil(wait, c.host(1).Draining); err != nil {
+		close(release)
+		t.Fatal("the drain never began")
+	}
+	close(release)
+	d := <-drain
+	if d.err != nil {
+		t.Fatalf("drain: %v", d.err)
+	}
+	mvErr := <-moved
+	where, err := c.host(2).Lookup(ctx, addr.Kind, addr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if where.Node == c.Node(1).ID() {
+		t.Fatalf("the Actor is still on the drained node (move: %v, drain moved %d)", mvErr, d.n)
+	}
+	if got := c.count(t, 2, addr); got.N != 7 {
+		t.Fatalf("count after the drain %d, want 7 (move: %v, drain moved %d)", got.N, mvErr, d.n)
+	}
+	if n := c.activations(addr.ID); n != 1 {
+		t.Fatalf("%d activations of %s", n, addr.ID)
+	}
+}
