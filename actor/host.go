@@ -227,6 +227,9 @@ type ActiveActor struct {
 	ID               string `json:"id"`
 	Kind             string `json:"kind"`
 	ObjectGeneration uint64 `json:"objectGeneration"`
+	// Arriving: it is arriving by a move that has not committed (its dispatch is
+	// closed; the Actor still serves on its source, or the move is being abandoned).
+	Arriving bool `json:"arriving,omitempty"`
 }
 
 // NewHost starts the Actor host of node: it receives record 24, serves directory
@@ -340,12 +343,13 @@ func (h *Host) LookupOn(ctx context.Context, kind, id, rid string) (RouteFence, 
 	return h.dir.Lookup(ctx, kind, id, rid)
 }
 
-// Active lists this node's activations.
+// Active lists this node's activations, those arriving by a move that has not committed
+// yet included (Arriving).
 func (h *Host) Active() []ActiveActor {
 	h.mu.Lock()
 	out := make([]ActiveActor, 0, len(h.acts))
 	for id, a := range h.acts {
-		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration})
+		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load()})
 	}
 	h.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -158,6 +158,11 @@ func (l *load) twoActivations() string {
 	seen := map[string]int{}
 	for _, i := range l.f.Running() {
 		for _, a := range l.f.Actors(i).Active() {
+			if a.Arriving {
+				// A move in flight, or one its source gave up that the target has
+				// not discarded yet: its dispatch is closed, so it serves nothing.
+				continue
+			}
 			if seen[a.ID]++; seen[a.ID] > 1 {
 				return a.ID
 			}
