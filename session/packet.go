@@ -17,19 +17,22 @@ import (
 // through Peer) and the payload, already decompressed. Metadata and Payload belong to
 // the packet; treat them as read-only.
 type Packet struct {
-	Kind          wire.Kind
+	// The one-byte fields and replied share the first word: every padding byte is a
+	// byte more per packet allocated (and zeroed, and swept) at the ingress rate.
+	Kind       wire.Kind
+	Codec      wire.Codec
+	FlowOrigin wire.FlowOrigin
+	replied    atomic.Bool
+
 	Name          string
 	Metadata      wire.Metadata
 	RequestSeq    uint64
 	CorrelationID string
 	FlowID        string
-	FlowOrigin    wire.FlowOrigin
-	Codec         wire.Codec
 	Payload       []byte
 	// Peer is the connection the packet came from.
 	Peer *Peer
 
-	replied atomic.Bool
 	// The server span (trace.go); nil when tracing is off, and then never read past
 	// that nil check. One pointer, so that the untraced Packet stays in its allocation
 	// size class.

@@ -519,24 +519,56 @@ func (c *conn) transportError(err error) {
 	c.close(closeCause{reason: wire.CloseTransportError, err: err}) // posts the callback (close)
 }
 
-// inlineBody is the largest frame (header and payload) that shares one allocation with
-// its Packet: 152 + 104 bytes fill the 256-byte size class, and most game and chat
-// packets fit.
-const inlineBody = 104
+// A frame of up to inlineBody bytes (header and payload) shares one allocation with its
+// Packet (136 bytes), in the smallest Go size class that holds both: 192 to 256 bytes,
+// in steps of 16. Most game and chat packets fit. At the ingress rate the bytes
+// allocated set how often the GC runs: a pipelining client's small Sends ran a sixth
+// faster in 192 bytes each than in one 256-byte size for all.
+const inlineBody = 120
 
-// packetWithBody is a Packet and the bytes of its frame in one allocation.
-type packetWithBody struct {
-	p    Packet
-	body [inlineBody]byte
-}
+type (
+	packetWithBody56 struct {
+		p    Packet
+		body [56]byte
+	}
+	packetWithBody72 struct {
+		p    Packet
+		body [72]byte
+	}
+	packetWithBody88 struct {
+		p    Packet
+		body [88]byte
+	}
+	packetWithBody104 struct {
+		p    Packet
+		body [104]byte
+	}
+	packetWithBody120 struct {
+		p    Packet
+		body [inlineBody]byte
+	}
+)
 
 // newPacket returns an empty Packet and a buffer of n bytes for its frame, owned by
 // that packet alone (header strings point into it: wire.DecodeHeaderInPlace). A small
 // frame lives in the same allocation as its Packet: one allocation per packet, not
 // three (Packet, body, header strings).
 func newPacket(n int) (*Packet, []byte) {
-	if n <= inlineBody {
-		pb := &packetWithBody{}
+	switch {
+	case n <= 56:
+		pb := &packetWithBody56{}
+		return &pb.p, pb.body[:n:n]
+	case n <= 72:
+		pb := &packetWithBody72{}
+		return &pb.p, pb.body[:n:n]
+	case n <= 88:
+		pb := &packetWithBody88{}
+		return &pb.p, pb.body[:n:n]
+	case n <= 104:
+		pb := &packetWithBody104{}
+		return &pb.p, pb.body[:n:n]
+	case n <= inlineBody:
+		pb := &packetWithBody120{}
 		return &pb.p, pb.body[:n:n]
 	}
 	return &Packet{}, make([]byte, n)
