@@ -325,15 +325,32 @@ func (d *RendezvousDirectory) rebuild(ctx context.Context) {
 			continue
 		}
 		recent := h.failedWithinMargin()
+		handOff := map[mesh.NodeID][]*meshpb.Hosted{}
 		for id, e := range d.entries {
 			_, failing := recent[e.fence.Node]
-			if ownerOf(id, live) != self || (!h.node.Membership().IsLive(e.fence.Node) && !failing) {
+			owner := ownerOf(id, live)
+			nodeLive := h.node.Membership().IsLive(e.fence.Node)
+			if owner != self || (!nodeLive && !failing) {
 				// Entries of a node that failed within the failover margin stay: a
 				// lookup waits out the margin before it places the Actor anew.
 				delete(d.entries, id)
+				if owner != self && owner.RID != "" && nodeLive {
+					handOff[owner] = append(handOff[owner], &meshpb.Hosted{Kind: e.kind, Fence: fenceToPB(e.fence)})
+				}
 			}
 		}
 		d.mu.Unlock()
+		// An entry this node gives up goes to the id's new holder, which merges it
+		// (the later authority wins). The activations' own reports are not enough: a
+		// move that committed here while the new holder pulled them is reported by
+		// neither side (the target was still arriving, the source no longer names it
+		// as its own, or names its old fence), and the new holder would keep the
+		// move's source, failing the Actor's next move.
+		for owner, list := range handOff {
+			if mem, ok := h.node.Membership().Member(owner.RID); ok {
+				h.system.Root.Send(proto.NewPID(mem.RemoteAddr, directoryActorName), &meshpb.SyncResponse{Hosted: list, ToGeneration: mem.ID.Generation})
+			}
+		}
 		d.merge(all)
 		d.mu.Lock()
 		d.synced = synced
@@ -356,10 +373,12 @@ func grewFrom(before, now map[mesh.NodeID]bool) bool {
 	return true
 }
 
-// merge enters reported activations of the ids this node holds. Two activations of one
-// ActorId (a partition healed, or two placements raced while membership changed): the
-// one with the higher authority owner generation (the later failover or move) stays,
-// and the other's node is told to retire it.
+// merge enters reported activations (and entries handed over by a former holder) of the
+// ids this node holds. Two fences of one incarnation (same Ref) are a move's source and
+// target: the later authority is current. Two activations of one ActorId (a partition
+// healed, or two placements raced while membership changed): the one with the higher
+// authority owner generation (the later failover or move) stays, and the other's node
+// is told to retire it.
 func (d *RendezvousDirectory) merge(list []*meshpb.Hosted) {
 	h := d.host
 	self := h.node.ID()
@@ -380,6 +399,13 @@ func (d *RendezvousDirectory) merge(list []*meshpb.Hosted) {
 		case !ok || !h.node.Membership().IsLive(e.fence.Node):
 			d.entries[f.ID] = dirEntry{kind: a.Kind, fence: f}
 		case e.fence == f:
+		case f.Ref == e.fence.Ref:
+			// One incarnation at two places: a move's source and its target (a report
+			// taken before the commit, or an entry handed over). The later authority
+			// is where it moved; the other stopped with the move.
+			if f.AuthorityOwnerGeneration > e.fence.AuthorityOwnerGeneration {
+				d.entries[f.ID] = dirEntry{kind: a.Kind, fence: f}
+			}
 		case f.AuthorityOwnerGeneration > e.fence.AuthorityOwnerGeneration:
 			losers = append(losers, loser{lost: e.fence, won: f})
 			d.entries[f.ID] = dirEntry{kind: a.Kind, fence: f}

@@ -41,3 +41,11 @@ func SetMembershipHook(fn func(h *Host, ev mesh.MemberEvent)) {
 	}
 	membershipHook.Store(&fn)
 }
+
+// SetDirectoryEntry makes h's directory hold an entry for f.ID naming f, as a claim
+// would.
+func SetDirectoryEntry(h *Host, kind string, f RouteFence) {
+	h.rdir.mu.Lock()
+	defer h.rdir.mu.Unlock()
+	h.rdir.entries[f.ID] = dirEntry{kind: kind, fence: f}
+}

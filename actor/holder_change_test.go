@@ -164,3 +164,36 @@ func TestDirectory_LookupBeforeTheLeaveReachesTheDirectoryFindsTheActivation(t *
 		t.Fatalf("%d activations of %s, want 1", n, id)
 	}
 }
+
+// An entry a holder gives up when a member joins reaches the id's new holder, even when
+// no activation reports it: a move that committed at the interim holder while the new
+// holder pulled the activations is reported by neither side (its target was still
+// arriving, its source named its old fence), and the new holder kept the move's
+// source, so that the Actor's next move failed and the Actor was lost (found by the
+// chaos suite). The entry here names node 0, which hosts nothing under it: only the
+// hand-over can bring it to node 2.
+func TestDirectory_EntriesAHolderGivesUpReachTheNewHolder(t *testing.T) {
+	c := start(t, 3)
+	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
+	var id string
+	for i := 0; ; i++ {
+		id = "e" + strconv.Itoa(i)
+		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n1 {
+			break
+		}
+	}
+	c.Stop(2)
+	if err := c.WaitUntil(wait, func() bool { return actor.DirectoryHolder(c.host(1), id) == n1 }); err != nil {
+		t.Fatal("node 1 never became the holder")
+	}
+	moved := actor.RouteFence{Ref: actor.Ref{ID: id, ObjectGeneration: 42}, Node: n0, AuthorityOwnerGeneration: 43, OwnerLeaseGeneration: n0.Generation}
+	actor.SetDirectoryEntry(c.host(1), "recorder", moved)
+	c.Restart(2)
+	n2 = c.Node(2).ID()
+	if err := c.WaitUntil(wait, func() bool {
+		e, ok := c.host(2).DirectoryEntries()[id]
+		return ok && e.Fence == moved && !actor.HasDirectoryEntry(c.host(1), id)
+	}); err != nil {
+		t.Fatalf("node 2 (%v) holds %v for %s; node 1 still holds it: %v", n2, c.host(2).DirectoryEntries()[id], id, actor.HasDirectoryEntry(c.host(1), id))
+	}
+}
