@@ -54,7 +54,8 @@ type conn struct {
 	rb         frameBuffer   // owned by the current read loop goroutine
 	turn       atomic.Uint64 // reader epoch << 1 | in-turn bit, see readLoop
 	rescue     *time.Timer   // fires rescueReader when a turn holds the read loop too long
-	inline     atomic.Bool   // the read loop is posting a packet: the turn may run inline
+	inline     atomic.Int32  // inlineOff, inlineOpen (the read loop is posting), inlineParked
+	parked     func()        // the mailbox run parked for the read loop (inlineParked)
 	frameTimer *time.Timer   // partial-frame timeout; made on first use
 	frameArmed atomic.Bool
 

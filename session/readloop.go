@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -72,24 +73,37 @@ func (c *conn) deliver(head *Packet, n int, mayInline bool) bool {
 	if c.pendingPermits.Add(int64(n)) == int64(n) && c.host.stallTimeout > 0 {
 		c.armStall()
 	}
-	if !mayInline {
+	if !mayInline || c.host.opts.NoInlineTurns {
 		c.host.system.Root.Send(c.pid, head)
 		return true
 	}
+	c.inline.Store(inlineOpen)
+	if hook := beforePost.Load(); hook != nil {
+		(*hook)(c, head)
+	}
+	c.host.system.Root.Send(c.pid, head)
+	if c.inline.CompareAndSwap(inlineOpen, inlineOff) {
+		return true // the owner is running elsewhere: it takes these packets next
+	}
+	// The run is parked for this goroutine (sessionDispatcher), and the packets are in
+	// the mailbox: only now may a rescue reader take over and pull the next ones.
+	run := c.parked
+	c.parked = nil
+	c.inline.Store(inlineOff)
 	w := c.turn.Load() | turnBit
 	c.turn.Store(w)
 	c.rescue.Reset(rescueAfter)
-	if !c.host.opts.NoInlineTurns {
-		c.inline.Store(true)
-	}
-	c.host.system.Root.Send(c.pid, head)
-	c.inline.Store(false)
+	run()
 	if !c.turn.CompareAndSwap(w, w&^turnBit) {
 		return false
 	}
 	c.rescue.Stop()
 	return true
 }
+
+// beforePost, when set (by tests), runs in deliver right before the read loop posts
+// its packets: a test starts a rescue reader there, as a late rescue timer would.
+var beforePost atomic.Pointer[func(c *conn, head *Packet)]
 
 // turnStarted runs at the first instruction of a packet turn: the packet's permit, if
 // it still holds one, goes back to the host (digest §9.3 step 5).
