@@ -107,11 +107,13 @@ const (
 	rawJoin rawKind = iota
 	rawLeave
 	rawUpdate
+	rawBarrier // applied is closed once every notification queued before it is applied
 )
 
 type rawEvent struct {
-	kind rawKind
-	node memberlist.Node // copy
+	kind    rawKind
+	node    memberlist.Node // copy
+	applied chan struct{}   // rawBarrier
 }
 
 func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
@@ -156,6 +158,22 @@ func (m *membership) push(k rawKind, n *memberlist.Node) {
 	m.qmu.Unlock()
 }
 
+// barrier returns a channel that is closed once the notifications queued so far are
+// applied to the table (and their events emitted): memberlist notifies a join's
+// members inside Join, and the table must hold them before Start returns.
+func (m *membership) barrier() <-chan struct{} {
+	ch := make(chan struct{})
+	m.qmu.Lock()
+	if m.closed {
+		close(ch)
+	} else {
+		m.queue = append(m.queue, rawEvent{kind: rawBarrier, applied: ch})
+		m.qcond.Signal()
+	}
+	m.qmu.Unlock()
+	return ch
+}
+
 func (m *membership) run() {
 	defer close(m.done)
 	for {
@@ -171,6 +189,10 @@ func (m *membership) run() {
 		m.queue = nil
 		m.qmu.Unlock()
 		for _, ev := range batch {
+			if ev.kind == rawBarrier {
+				close(ev.applied)
+				continue
+			}
 			m.apply(ev)
 		}
 	}

@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -99,6 +100,27 @@ func TestThreeNodesConverge(t *testing.T) {
 			if m.State != mesh.StateAlive {
 				t.Errorf("node %d sees %s as %s", i, m.ID, m.State)
 			}
+		}
+	}
+}
+
+// A node that joined through a seed sees the seed's members as soon as Start returns:
+// a node that saw itself alone would hold every directory entry and place fresh
+// activations of Actors that live elsewhere (found by the chaos suite, on a restart).
+func TestStartReturnsWithTheSeedsMembersLive(t *testing.T) {
+	c := meshtest.Start(t, 3, meshtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for round := 0; round < 5; round++ {
+		n, err := mesh.Start(ctx, mesh.Config{Preset: mesh.PresetTest, Logger: slog.New(slog.DiscardHandler),
+			Join: []string{c.Node(round % 3).Mesh().MeshAddr()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := n.Membership().Live()
+		_ = n.Leave(context.Background())
+		if len(live) != 4 {
+			t.Fatalf("round %d: Start returned seeing %d live members, want 4: %v", round, len(live), live)
 		}
 	}
 }

@@ -332,6 +332,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 				n.members.joinLoop(cfg.Join, n.stop, err)
 			}()
 		}
+		if c > 0 {
+			// Join returned with the seed's members notified, not yet applied: until
+			// they are, this node sees itself alone and would hold every directory
+			// entry, placing fresh activations of Actors that live elsewhere (found
+			// by the chaos suite: a restarted node did, and the merge that followed
+			// stopped the ones with the state).
+			select {
+			case <-n.members.barrier():
+			case <-ctx.Done():
+				n.finish()
+				return nil, fmt.Errorf("mesh: start: %w", ctx.Err())
+			}
+		}
 	}
 	n.wg.Add(2)
 	go n.outboxSweep()
