@@ -21,13 +21,7 @@ func TestDirectory_LookupThatOutlivesItsHolderRoleAsksTheNewHolder(t *testing.T)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
-	var id string
-	for i := 0; ; i++ {
-		id = "h" + strconv.Itoa(i)
-		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n0 {
-			break
-		}
-	}
+	id := idHeldBy("h", [3]mesh.NodeID{n0, n1, n2}, n2, n0)
 	home, err := c.host(1).LookupOn(ctx, "recorder", id, n1.RID)
 	if err != nil || home.Node != n1 {
 		t.Fatalf("activation on node 1: %v %v", home, err)
@@ -79,15 +73,7 @@ func TestDirectory_LookupThatOutlivesItsHolderRoleAsksTheNewHolder(t *testing.T)
 	if r.f != home {
 		t.Errorf("lookup answered %v, want the activation on node 1, %v", r.f, home)
 	}
-	n := 0
-	for i := 0; i < 3; i++ {
-		for _, a := range c.host(i).Active() {
-			if a.ID == id {
-				n++
-			}
-		}
-	}
-	if n != 1 {
+	if n := activationsOf(c, id, 0, 1, 2); n != 1 {
 		t.Fatalf("%d activations of %s, want 1", n, id)
 	}
 }
@@ -103,13 +89,7 @@ func TestDirectory_LookupBeforeTheLeaveReachesTheDirectoryFindsTheActivation(t *
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
-	var id string
-	for i := 0; ; i++ {
-		id = "l" + strconv.Itoa(i)
-		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n0 {
-			break
-		}
-	}
+	id := idHeldBy("l", [3]mesh.NodeID{n0, n1, n2}, n2, n0)
 	home, err := c.host(1).LookupOn(ctx, "recorder", id, n1.RID)
 	if err != nil || home.Node != n1 {
 		t.Fatalf("activation on node 1: %v %v", home, err)
@@ -152,15 +132,7 @@ func TestDirectory_LookupBeforeTheLeaveReachesTheDirectoryFindsTheActivation(t *
 	if f != home {
 		t.Errorf("lookup answered %v, want the activation on node 1, %v", f, home)
 	}
-	n := 0
-	for _, i := range []int{0, 1} {
-		for _, a := range c.host(i).Active() {
-			if a.ID == id {
-				n++
-			}
-		}
-	}
-	if n != 1 {
+	if n := activationsOf(c, id, 0, 1); n != 1 {
 		t.Fatalf("%d activations of %s, want 1", n, id)
 	}
 }
@@ -175,13 +147,7 @@ func TestDirectory_LookupBeforeTheLeaveReachesTheDirectoryFindsTheActivation(t *
 func TestDirectory_EntriesAHolderGivesUpReachTheNewHolder(t *testing.T) {
 	c := start(t, 3)
 	n0, n1, n2 := c.Node(0).ID(), c.Node(1).ID(), c.Node(2).ID()
-	var id string
-	for i := 0; ; i++ {
-		id = "e" + strconv.Itoa(i)
-		if actor.HolderAmong(id, n0, n1, n2) == n2 && actor.HolderAmong(id, n0, n1) == n1 {
-			break
-		}
-	}
+	id := idHeldBy("e", [3]mesh.NodeID{n0, n1, n2}, n2, n1)
 	c.Stop(2)
 	if err := c.WaitUntil(wait, func() bool { return actor.DirectoryHolder(c.host(1), id) == n1 }); err != nil {
 		t.Fatal("node 1 never became the holder")
@@ -196,4 +162,28 @@ func TestDirectory_EntriesAHolderGivesUpReachTheNewHolder(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("node 2 (%v) holds %v for %s; node 1 still holds it: %v", n2, c.host(2).DirectoryEntries()[id], id, actor.HasDirectoryEntry(c.host(1), id))
 	}
+}
+
+// idHeldBy returns the first id prefix+k whose directory holder is whole among all
+// three nodes and rest among the first two.
+func idHeldBy(prefix string, nodes [3]mesh.NodeID, whole, rest mesh.NodeID) string {
+	for i := 0; ; i++ {
+		id := prefix + strconv.Itoa(i)
+		if actor.HolderAmong(id, nodes[:]...) == whole && actor.HolderAmong(id, nodes[0], nodes[1]) == rest {
+			return id
+		}
+	}
+}
+
+// activationsOf counts the activations of id on the nodes given.
+func activationsOf(c *cluster, id string, nodes ...int) int {
+	n := 0
+	for _, i := range nodes {
+		for _, a := range c.host(i).Active() {
+			if a.ID == id {
+				n++
+			}
+		}
+	}
+	return n
 }
