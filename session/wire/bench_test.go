@@ -74,3 +74,21 @@ func BenchmarkReaderNext(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeHeaderInPlaceTo is the server's decode of a connector's Send (name
+// and flow): into a Header it reuses, its strings in the frame's own buffer.
+func BenchmarkDecodeHeaderInPlaceTo(b *testing.B) {
+	in := Header{Kind: KindSend, Codec: CodecJSON, Name: "tick", FlowID: testFlowID, FlowOrigin: FlowApplication}
+	enc, err := AppendHeader(nil, &in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(enc)))
+	var h Header
+	for b.Loop() {
+		if err := DecodeHeaderInPlaceTo(&h, enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -59,6 +59,14 @@ func FuzzDecodeHeader(f *testing.F) {
 		if (err == nil) != (errp == nil) || (err == nil && !reflect.DeepEqual(h, hp)) {
 			t.Fatalf("DecodeHeaderInPlace = %+v, %v\nDecodeHeader = %+v, %v", hp, errp, h, err)
 		}
+		// So does DecodeHeaderInPlaceTo, and it overwrites every field of a Header
+		// that held another one (the zero Header on an error).
+		ht := Header{Kind: KindError, Codec: CodecProtobuf, Compressed: true, RequestSeq: 9, Name: "old",
+			Metadata: Metadata{{Key: "k", Value: "v"}}, CorrelationID: "c", FlowID: testFlowID, FlowOrigin: FlowLifecycle}
+		errt := DecodeHeaderInPlaceTo(&ht, bytes.Clone(data))
+		if (err == nil) != (errt == nil) || (err == nil && !reflect.DeepEqual(h, ht)) || (err != nil && !reflect.DeepEqual(ht, Header{})) {
+			t.Fatalf("DecodeHeaderInPlaceTo = %+v, %v\nDecodeHeader = %+v, %v", ht, errt, h, err)
+		}
 		if err != nil {
 			checkFrameError(t, err, len(data))
 			return
@@ -164,6 +172,26 @@ func FuzzReader(f *testing.F) {
 			if i >= len(want) || gotHL != want[i].headerLen || !bytes.Equal(body, want[i].body) {
 				t.Fatalf("frame %d: got (%d, % x), reference has %d frames", i, gotHL, body, len(want))
 			}
+		}
+	})
+}
+
+// FuzzValidFlowID: the word-at-a-time flow id check accepts exactly what the rule,
+// written out position by position, accepts.
+func FuzzValidFlowID(f *testing.F) {
+	f.Add([]byte(testFlowID))
+	f.Add([]byte("0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b"))
+	f.Add([]byte("0190A1B2-C3D4-7E5F-8A6B-7C8D9E0F1A2B"))
+	f.Add([]byte("0190a1b2-c3d4-7e5f-ca6b-7c8d9e0f1a2b"))
+	f.Add([]byte("0190a1b2\xc3d4-7e5f-8a6b-7c8d9e0f1a2b"))
+	f.Add([]byte("0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2"))
+	f.Fuzz(func(t *testing.T, id []byte) {
+		want := flowIDByRule(id)
+		if got := validFlowID(id); got != want {
+			t.Fatalf("validFlowID(%q) = %v, the rule says %v", id, got, want)
+		}
+		if got := validFlowID(string(id)); got != want {
+			t.Fatalf("validFlowID(string %q) = %v, the rule says %v", id, got, want)
 		}
 	})
 }
