@@ -599,8 +599,8 @@ func (c *conn) pull(hl, total int) (*Packet, error) {
 	c.rb.consume(wire.PrefixSize + total)
 	// body is this packet's own copy of the frame, never reused: the header's strings
 	// can point into it.
-	h, err := wire.DecodeHeaderInPlace(body[:hl])
-	if err != nil {
+	var h wire.Header
+	if err := wire.DecodeHeaderInPlaceTo(&h, body[:hl]); err != nil {
 		c.host.permits.release()
 		return nil, err
 	}
