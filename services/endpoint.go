@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Client is the identity of a connected client as the serving host authenticated it
@@ -175,10 +176,13 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 	e.mu.Unlock()
 	h.stats.inflight.Add(1)
 
-	pctx := h.prop.Extract(cctx, propagation.MapCarrier(call.Trace))
-	sctx, span := h.tracer.Start(pctx, "rpc.server", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", call.Service),
-			attribute.String("rpc.method", call.Member)))
+	sctx, span := cctx, trace.Span(noop.Span{}) // tracing off: nothing to start or end
+	if h.tracer != nil {
+		pctx := h.prop.Extract(cctx, propagation.MapCarrier(call.Trace))
+		sctx, span = h.tracer.Start(pctx, "rpc.server", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", call.Service),
+				attribute.String("rpc.method", call.Member)))
+	}
 	var once atomic.Bool
 	svc.submit(&callMsg{ctx: sctx, member: call.Member, args: call.Args, reply: func(v any, err error) {
 		if !once.CompareAndSwap(false, true) {

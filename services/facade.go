@@ -107,6 +107,9 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 	if err != nil {
 		return nil, &Error{Code: CodeInvalidArguments, Message: err.Error()}
 	}
+	if f.host.tracer == nil {
+		return box.c.Call(ctx, Call{Service: f.id, Member: name, Args: args})
+	}
 	ctx, span := f.host.tracer.Start(ctx, "rpc.client", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", f.id), attribute.String("rpc.method", name)))
 	defer span.End()

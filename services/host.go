@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode/internal/logfloor"
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
+	"github.com/meshnode/meshnode/internal/traceprop"
 )
 
 // HostOptions configures a host.
@@ -30,7 +29,10 @@ type HostOptions struct {
 	Connections []Connection
 	// Logger: nil means slog.Default().
 	Logger *slog.Logger
-	// TracerProvider starts the rpc.client and rpc.server spans (nil: otel's global).
+	// TracerProvider starts the rpc.client and rpc.server spans and carries their W3C
+	// context with each call (docs/tracing.md). nil (the default) or otel's no-op
+	// provider: no spans, no trace context sent or read, as for the STREAM host and the
+	// connector.
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the call counters (nil: otel's global).
 	MeterProvider metric.MeterProvider
@@ -45,7 +47,7 @@ type HostOptions struct {
 type Host struct {
 	name   string
 	log    *slog.Logger
-	tracer trace.Tracer
+	tracer trace.Tracer // nil: tracing off
 	prop   propagation.TextMapPropagator
 	system *actor.ActorSystem
 	stats  *callMetrics
@@ -78,16 +80,13 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = otel.GetTracerProvider()
-	}
 	if opts.Name == "" {
 		opts.Name = "host"
 	}
 	h := &Host{
 		name:     opts.Name,
 		log:      opts.Logger.With("services_host", opts.Name),
-		tracer:   opts.TracerProvider.Tracer("github.com/meshnode/meshnode/services"),
+		tracer:   traceprop.Tracer(opts.TracerProvider, "github.com/meshnode/meshnode/services"),
 		prop:     propagation.TraceContext{},
 		services: map[string]*service{},
 		facades:  map[string]*facade{},

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/meshnode/meshnode/services"
 )
@@ -190,6 +192,60 @@ func TestR14_TracePropagationWithoutSerialisingContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With no TracerProvider (or otel's no-op one) hosts trace nothing and send no trace
+// context, even when otel's global provider records: tracing is off unless a host is
+// given a provider, as for the STREAM host and the connector.
+func TestHost_NoTracerProviderTracesNothingEvenWithAGlobalProvider(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	for _, off := range []trace.TracerProvider{nil, tracenoop.NewTracerProvider()} {
+		var seen map[string]string
+		provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), TracerProvider: off}, providerFacet("p", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = provider.Close(context.Background()) })
+		loop := services.NewLoopback(provider, services.Client{ID: "c"})
+		t.Cleanup(loop.Close)
+		conn := &spyConnection{Connection: loop, trace: &seen}
+		var echo *Echo
+		consumer, err := services.NewHost(context.Background(), services.HostOptions{Name: "consumer", Connections: []services.Connection{conn}, Logger: quiet(), TracerProvider: off}, consumerFacet("c", &echo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = consumer.Close(context.Background()) })
+
+		ctx, caller := tp.Tracer("test").Start(callCtx(t), "caller")
+		if _, err := echo.Say.Call(ctx, SayArgs{Text: "untraced"}); err != nil {
+			t.Fatal(err)
+		}
+		caller.End()
+		if names := spanNames(rec.Ended()); len(names) != 1 || names[0] != "caller" {
+			t.Fatalf("provider %T: spans %v, want only the test's own", off, names)
+		}
+		if len(seen) != 0 {
+			t.Fatalf("provider %T: the call carried trace context %v", off, seen)
+		}
+		rec.Reset()
+	}
+}
+
+// spyConnection records the trace carrier of the calls made through it.
+type spyConnection struct {
+	services.Connection
+	trace *map[string]string
+}
+
+func (s *spyConnection) Call(ctx context.Context, c services.Call) (json.RawMessage, error) {
+	*s.trace = c.Trace
+	return s.Connection.Call(ctx, c)
 }
 
 func spanNames(ss []sdktrace.ReadOnlySpan) []string {
