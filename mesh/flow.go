@@ -79,6 +79,7 @@ type peerLink struct {
 	// From the peer.
 	recvSeq   atomic.Uint64 // highest envelope number that reached this node
 	recvBytes atomic.Int64  // bytes received since the last acknowledgement
+	recvRecs  atomic.Int64  // records received since the last acknowledgement
 	ackedSeq  atomic.Uint64 // highest number acknowledged to the peer
 	ackArmed  atomic.Bool
 	ackTimer  *time.Timer
@@ -293,10 +294,15 @@ func (l *peerLink) arrived(env *meshpb.Envelope) {
 			break
 		}
 	}
+	// The acknowledgement is owed at once past a quarter of the window, in records
+	// as the sender counts them, not envelopes: a coalesced envelope carries up to
+	// maxBatchRecords. Counted in envelopes, a one-way flood of coalesced records was
+	// acknowledged only by the ackDelay timer, so the sender waited on its window
+	// every 8,192 records (cross-node Actor sends: about 1,200 ns a record, 1,000 now).
 	f := l.n.flow
-	owed := l.recvSeq.Load() - l.ackedSeq.Load()
+	owed := l.recvRecs.Add(envelopeRecords(env))
 	bytes := l.recvBytes.Add(envelopeSize(env))
-	if owed >= uint64(f.maxRecords/4) || bytes >= f.maxBytes/4 {
+	if owed >= int64(f.maxRecords/4) || bytes >= f.maxBytes/4 {
 		l.flushAck()
 		return
 	}
@@ -342,9 +348,24 @@ func (l *peerLink) acked(seq uint64) {
 		}
 		if l.ackedSeq.CompareAndSwap(cur, seq) {
 			l.recvBytes.Store(0)
+			l.recvRecs.Store(0)
 			return
 		}
 	}
+}
+
+// envelopeRecords returns how many records env carries, as its sender counted them
+// against the window: one for an envelope of frames, each record of a coalesced one
+// (a malformed batch counts one; the receiver drops it).
+func envelopeRecords(env *meshpb.Envelope) int64 {
+	if len(env.Batch) == 0 {
+		return 1
+	}
+	n, _, err := walkBatch(env.Batch, nil)
+	if err != nil {
+		return 1
+	}
+	return int64(n)
 }
 
 func envelopeSize(env *meshpb.Envelope) int64 {
