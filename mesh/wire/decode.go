@@ -470,7 +470,12 @@ func (r *reader) text16(field string, min, max int) string {
 // checkTextBytes returns why b is not UTF-8 without NUL, or "". Most text is ASCII, so the
 // loop only hands over to utf8.Valid at the first non-ASCII byte.
 func checkTextBytes(b []byte) string {
-	for i, c := range b {
+	p := plainPrefix(b)
+	if p == len(b) {
+		return ""
+	}
+	for i, c := range b[p:] {
+		i += p
 		if c == 0 {
 			return reasonNUL
 		}

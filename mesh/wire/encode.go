@@ -213,12 +213,38 @@ func checkText(s string, min, max int) string {
 		return reasonEmpty
 	case len(s) > max:
 		return reasonTooLong
+	case plainPrefix(s) == len(s):
+		return "" // ASCII without NUL: most text, checked a word at a time
 	case strings.IndexByte(s, 0) >= 0:
 		return reasonNUL
 	case !utf8.ValidString(s):
 		return reasonNotUTF8
 	}
 	return ""
+}
+
+// plainPrefix returns the length of the run of ASCII bytes other than NUL that s
+// starts with, eight bytes at a time. Every record carries a few short text fields
+// (actor id, packet name, content type), checked on encode and on decode: byte by
+// byte, and with two passes on encode (NUL, then UTF-8), that was a quarter of a
+// record's encode.
+func plainPrefix[T ~string | ~[]byte](s T) int {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		// A top bit set (not ASCII), or a zero byte (w-ones borrows through it).
+		if w&high != 0 || (w-ones)&^w&high != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c == 0 || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	return i
 }
 
 func (w *writer) actorRef(field string, a *ActorRef) {

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // goldenSeeds returns every vector of the golden files, canonical and malformed.
@@ -224,4 +226,54 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, rec)
 		}
 	})
+}
+
+// FuzzTextChecks: the word-at-a-time text checks give the reason the byte-by-byte
+// checks they replaced give (kept below as the reference).
+func FuzzTextChecks(f *testing.F) {
+	for _, s := range []string{"", "room", "application/json", "0123456789abcdef", "ümlaut", "a\x00b",
+		"abcdefg\x00hijk", "abcdefgh\xffijk", "\xe2\x82", "longer-ascii-text-with-a-NUL-\x00-late", "abcdefgh€",
+		"é\x00\xff", "abcdefghé\x00"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := checkTextBytes(b), checkTextBytesByteWise(b); got != want {
+			t.Fatalf("checkTextBytes(%q) = %q, byte by byte %q", b, got, want)
+		}
+		if got, want := checkText(string(b), 0, 1<<20), checkTextTwoPass(string(b)); got != want {
+			t.Fatalf("checkText(%q) = %q, in two passes %q", b, got, want)
+		}
+	})
+}
+
+// checkTextBytesByteWise is the decoder's text check as it was: a NUL before the
+// first non-ASCII byte is NUL; from there, invalid UTF-8 first, then NUL.
+func checkTextBytesByteWise(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return reasonNUL
+		}
+		if c >= utf8.RuneSelf {
+			rest := b[i:]
+			if !utf8.Valid(rest) {
+				return reasonNotUTF8
+			}
+			if bytes.IndexByte(rest, 0) >= 0 {
+				return reasonNUL
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// checkTextTwoPass is the encoder's as it was: any NUL, then UTF-8.
+func checkTextTwoPass(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		return reasonNUL
+	}
+	if !utf8.ValidString(s) {
+		return reasonNotUTF8
+	}
+	return ""
 }
