@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"context"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,24 +15,7 @@ import (
 func TestCoalesce_LostPlaceholderIsPostedAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.DiscardHandler)
-	a, err := Start(ctx, Config{Preset: PresetTest, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = a.Leave(context.Background()) }()
-	b, err := Start(ctx, Config{Preset: PresetTest, Logger: quiet, Join: []string{a.MeshAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Leave(context.Background()) }()
-	for !a.Membership().IsLive(b.ID()) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the nodes did not see each other")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	a, b := startPair(t, ctx, Config{})
 	var got atomic.Uint64
 	b.Records().Handle(wire.CmdBoundSessionBind, func(_ NodeID, rec *wire.Record) {
 		got.Store(rec.Body.(*wire.BoundSessionBind).Correlation)

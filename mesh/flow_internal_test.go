@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,25 +16,8 @@ import (
 func TestFlow_ACoalescedEnvelopeOfAQuarterWindowIsAcknowledgedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.DiscardHandler)
 	const window = 16
-	a, err := Start(ctx, Config{Preset: PresetTest, Logger: quiet, PeerWindowRecords: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = a.Leave(context.Background()) }()
-	b, err := Start(ctx, Config{Preset: PresetTest, Logger: quiet, PeerWindowRecords: window, Join: []string{a.MeshAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Leave(context.Background()) }()
-	for !b.Membership().IsLive(a.ID()) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the nodes did not see each other")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	a, b := startPair(t, ctx, Config{PeerWindowRecords: window})
 	l := b.flow.link(a.ID())
 	if l == nil {
 		t.Fatal("no link to a live member")

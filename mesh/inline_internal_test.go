@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"context"
-	"log/slog"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -12,30 +11,6 @@ import (
 	"github.com/meshnode/meshnode/mesh/wire"
 )
 
-// startPair starts two nodes that see each other, left at cleanup.
-func startPair(t *testing.T, ctx context.Context) (a, b *Node) {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	a, err := Start(ctx, Config{Preset: PresetTest, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Leave(context.Background()) })
-	b, err = Start(ctx, Config{Preset: PresetTest, Logger: quiet, Join: []string{a.MeshAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Leave(context.Background()) })
-	for !a.Membership().IsLive(b.ID()) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the nodes did not see each other")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return a, b
-}
-
 // A record for an inline handler that finds nothing waiting for the record receiver
 // is handled on the goroutine that received it (not in the receiver actor's turn), and
 // the receiver's count of waiting records comes back to zero after records went both
@@ -43,7 +18,7 @@ func startPair(t *testing.T, ctx context.Context) (a, b *Node) {
 func TestHandleInline_RunsOnTheReaderAndThePendingCountReturnsToZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, b := startPair(t, ctx)
+	a, b := startPair(t, ctx, Config{})
 	var onReceiver, inline, viaReceiver atomic.Int64
 	b.Records().HandleInline(wire.CmdReply, func(NodeID, *wire.Record) {
 		buf := make([]byte, 16<<10)
