@@ -388,8 +388,9 @@ func presetConfig(p Preset) *memberlist.Config {
 	// own timeouts (awareness) before it suspects others, which is what keeps a loaded
 	// node from raising false suspicions. Gossip every 50 ms to 4 peers spreads a join
 	// through 30 nodes in about three rounds: 0.29 s for a 30-node fleet to converge,
-	// against 0.42 s at 100 ms. A round with nothing queued sends nothing, so the
-	// shorter interval costs an idle fleet only the timer.
+	// against 0.42 s at 100 ms. A round with nothing queued sends nothing: an idle
+	// node pays a timer wake-up and a pick of random members (a scan of the member list
+	// under its lock) 20 times a second instead of 10.
 	c.ProbeInterval = 400 * time.Millisecond
 	c.ProbeTimeout = 300 * time.Millisecond
 	c.SuspicionMult = 3
