@@ -293,7 +293,7 @@ func (o *outbox) take() (w *wireBatch, ack uint64) {
 		l.inflight = append(l.inflight, inflightEntry{seq: seq, records: b.records, bytes: b.bytes})
 		n.flow.envelopes.Add(1)
 	}
-	ack = l.recvSeq.Load()
+	ack, recs := l.ackPoint()
 	if len(o.sealed) > 0 || o.cur.records > 0 {
 		o.post()
 	} else {
@@ -301,7 +301,7 @@ func (o *outbox) take() (w *wireBatch, ack uint64) {
 	}
 	l.mu.Unlock()
 	if ack > 0 {
-		l.acked(ack)
+		l.acked(ack, recs)
 	}
 	if b.records == 0 {
 		return nil, ack

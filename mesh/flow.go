@@ -79,7 +79,8 @@ type peerLink struct {
 	// From the peer.
 	recvSeq   atomic.Uint64 // highest envelope number that reached this node
 	recvBytes atomic.Int64  // bytes received since the last acknowledgement
-	recvRecs  atomic.Int64  // records received since the last acknowledgement
+	recvRecs  atomic.Int64  // records received, ever (see ackPoint)
+	ackedRecs atomic.Int64  // the part of recvRecs the last acknowledgement covered
 	ackedSeq  atomic.Uint64 // highest number acknowledged to the peer
 	ackArmed  atomic.Bool
 	ackTimer  *time.Timer
@@ -188,14 +189,15 @@ func (l *peerLink) send(ctx context.Context, pid *actor.PID, env *meshpb.Envelop
 	}
 	l.nextSeq++
 	env.Seq = l.nextSeq
-	env.Ack = l.recvSeq.Load()
+	ack, recs := l.ackPoint()
+	env.Ack = ack
 	l.inflight = append(l.inflight, inflightEntry{seq: env.Seq, records: 1, bytes: size})
 	// Sent under the lock: envelope numbers leave in order.
 	l.n.system.Root.Send(pid, env)
 	l.mu.Unlock()
 	l.n.flow.envelopes.Add(1)
 	if env.Ack > 0 {
-		l.acked(env.Ack)
+		l.acked(env.Ack, recs)
 	}
 	return nil
 }
@@ -300,7 +302,7 @@ func (l *peerLink) arrived(env *meshpb.Envelope) {
 	// acknowledged only by the ackDelay timer, so the sender waited on its window
 	// every 8,192 records (cross-node Actor sends: about 1,200 ns a record, 1,000 now).
 	f := l.n.flow
-	owed := l.recvRecs.Add(envelopeRecords(env))
+	owed := l.recvRecs.Add(envelopeRecords(env)) - l.ackedRecs.Load()
 	bytes := l.recvBytes.Add(envelopeSize(env))
 	if owed >= int64(f.maxRecords/4) || bytes >= f.maxBytes/4 {
 		l.flushAck()
@@ -324,7 +326,7 @@ func (l *peerLink) flushAckTimer() {
 
 // flushAck sends the acknowledgement owed, in an envelope of its own.
 func (l *peerLink) flushAck() {
-	seq := l.recvSeq.Load()
+	seq, recs := l.ackPoint()
 	if seq <= l.ackedSeq.Load() {
 		return
 	}
@@ -332,15 +334,32 @@ func (l *peerLink) flushAck() {
 	if !live || l.n.stopping.Load() {
 		return
 	}
-	l.acked(seq)
+	l.acked(seq, recs)
 	self := l.n.id
 	l.n.system.Root.Send(l.n.recordsPID(mem.RemoteAddr), &meshpb.Envelope{
 		FromRid: self.RID, FromGeneration: self.Generation, ToRid: l.id.RID, ToGeneration: l.id.Generation, Ack: seq,
 	})
 }
 
-// acked notes that the peer was told seq (the acknowledgement only moves forward).
-func (l *peerLink) acked(seq uint64) {
+// ackPoint returns the acknowledgement to send now, and the count of records received
+// that it covers at least. The count is read first: arrived moves recvSeq before it
+// counts an envelope's records, so every record counted belongs to an envelope the
+// acknowledgement covers. (Records of an envelope that arrives in between are covered
+// but still counted as owed: at worst an acknowledgement goes out early.)
+func (l *peerLink) ackPoint() (seq uint64, recs int64) {
+	recs = l.recvRecs.Load()
+	return l.recvSeq.Load(), recs
+}
+
+// acked notes that the peer was told seq, covering recs of the records received (both
+// only move forward).
+func (l *peerLink) acked(seq uint64, recs int64) {
+	for {
+		cur := l.ackedRecs.Load()
+		if recs <= cur || l.ackedRecs.CompareAndSwap(cur, recs) {
+			break
+		}
+	}
 	for {
 		cur := l.ackedSeq.Load()
 		if seq <= cur {
@@ -348,7 +367,6 @@ func (l *peerLink) acked(seq uint64) {
 		}
 		if l.ackedSeq.CompareAndSwap(cur, seq) {
 			l.recvBytes.Store(0)
-			l.recvRecs.Store(0)
 			return
 		}
 	}
