@@ -44,6 +44,7 @@ type SessionType struct {
 	name       string
 	newSession func() Session
 	check      func() error // registration errors of the type (a Mux's duplicate routes)
+	reuseSends bool
 }
 
 // NewSessionType returns the session type of T, made by newSession.
@@ -56,6 +57,27 @@ func NewSessionType[T Session](newSession func() T) SessionType {
 
 // Name returns the session type's name (its Go type).
 func (t SessionType) Name() string { return t.name }
+
+// ReuseSendPackets returns the session type with Send packet reuse on. Its sessions
+// promise not to keep a Send packet past OnPacket: when OnPacket returns, the runtime
+// takes the packet back and reads the next Sends into the same memory, so a pipelining
+// client's Sends cost no allocation and no garbage collection work.
+//
+// Borrowed until OnPacket returns, then overwritten: the *Packet itself, its Payload,
+// Metadata, CorrelationID and FlowID. Name stays valid (it is a string of its own).
+// To keep any of the rest, copy it (bytes.Clone, strings.Clone) or call pkt.Retain
+// during OnPacket; a relay through a binding does that itself when it must hold a
+// packet. Requests are never reused: they may be answered later, from any goroutine.
+// Frames over 120 bytes (header and payload) are allocated as before.
+//
+// HostOptions.NoPacketReuse turns reuse off for the whole host.
+func (t SessionType) ReuseSendPackets() SessionType {
+	t.reuseSends = true
+	return t
+}
+
+// ReusesSendPackets reports whether the session type reuses Send packets.
+func (t SessionType) ReusesSendPackets() bool { return t.reuseSends }
 
 // RoutingID is the connection-local peer identity (4 bytes, digest §11): unique among
 // the live connections of a host and delivered unchanged to every callback.

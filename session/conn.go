@@ -58,6 +58,10 @@ type conn struct {
 	parked     func()        // the mailbox run parked for the read loop (inlineParked)
 	frameTimer *time.Timer   // partial-frame timeout; made on first use
 	frameArmed atomic.Bool
+	reuseSends bool                   // the session type reuses Send packets (SessionType.ReuseSendPackets)
+	lastName   string                 // the name of the last reused Send, kept as one string (internName)
+	spareLocal *Packet                // the reader's spare packets (reuse.go)
+	spares     atomic.Pointer[Packet] // packets the turns gave back, for the reader
 
 	// Per-session ingress bound: application packets pulled but whose callback has not
 	// started, and how many of them still hold a host permit (a stalled session gives
@@ -120,6 +124,7 @@ func (n *StreamNode) startConn(nc net.Conn, ws *wsTransport, transport string, e
 		return nil
 	}
 	c.rb = frameBuffer{src: nc, steady: n.socket.ReadBufferSize}
+	c.reuseSends = n.sessType.reuseSends && !h.opts.NoPacketReuse
 	c.rescue = time.AfterFunc(time.Hour, c.rescueReader)
 	c.rescue.Stop()
 	sess := n.sessType.newSession()

@@ -72,6 +72,11 @@ type HostOptions struct {
 	// are the same, in the same order. The switch exists to compare the two paths and
 	// to rule the fast one out when diagnosing.
 	NoBatchedIngress bool
+	// NoPacketReuse allocates every packet anew, even for session types that reuse
+	// their Send packets (SessionType.ReuseSendPackets). The switch exists to rule reuse
+	// out when diagnosing: a session that keeps a packet it did not retain sees its
+	// bytes change under it only while reuse is on.
+	NoPacketReuse bool
 	// TracerProvider starts a server span for every packet dispatched to a session
 	// callback (docs/tracing.md), continuing the trace of the packet's traceparent
 	// metadata. nil (or otel's no-op provider): no spans, and the packet path pays one

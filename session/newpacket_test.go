@@ -1,6 +1,9 @@
 package session
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // Every frame size gets a body of exactly its length whose capacity ends there (an
 // append cannot run into a neighbour), in the Packet's own allocation up to
@@ -18,5 +21,13 @@ func TestNewPacket_BodyIsExactlyTheFrameAtEverySize(t *testing.T) {
 		if p.Name != "name" || p.RequestSeq != 7 || p.Kind != 0 || p.next != nil || p.span != nil {
 			t.Fatalf("size %d: writing the body changed the packet: %+v", n, p)
 		}
+	}
+}
+
+// The reuse mark shares the first word with the one-byte fields: a Packet stays 136
+// bytes, so a small frame and its packet still fit the 192-byte size class.
+func TestPacket_StaysInItsSizeClass(t *testing.T) {
+	if size := unsafe.Sizeof(Packet{}); size != 136 {
+		t.Fatalf("Packet is %d bytes, want 136", size)
 	}
 }

@@ -41,6 +41,9 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 			a.c.turnStarted()
 			a.dispatch(pkt)
 			a.c.turnFinished()
+			if pkt.reusable {
+				a.c.recyclePacket(pkt)
+			}
 			pkt = next
 		}
 	case *actor.Started:

@@ -22,6 +22,7 @@ type Packet struct {
 	Kind       wire.Kind
 	Codec      wire.Codec
 	FlowOrigin wire.FlowOrigin
+	reusable   bool // the runtime takes the packet back after its callback (reuse.go)
 	replied    atomic.Bool
 
 	Name          string
@@ -44,6 +45,12 @@ type Packet struct {
 
 // RoutingID returns the peer identity of the connection (digest §11).
 func (p *Packet) RoutingID() RoutingID { return p.Peer.c.rid }
+
+// Retain keeps a reused Send packet for the application: after Retain, the packet and
+// all it holds stay as they are when OnPacket returns, as every packet of a session
+// type without reuse does (SessionType.ReuseSendPackets). Call it during OnPacket, on
+// its goroutine; on any other packet it does nothing.
+func (p *Packet) Retain() { p.reusable = false }
 
 // IsRequest reports whether the packet expects a reply.
 func (p *Packet) IsRequest() bool { return p.Kind == wire.KindRequest }

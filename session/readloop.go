@@ -270,6 +270,9 @@ func (c *conn) readFrames() (handedOff bool) {
 	for {
 		// Waiting for the first byte of a frame is idleness, bounded by the idle timeout;
 		// once a frame has begun it must be complete within the frame timeout.
+		if rb.buffered() == 0 && c.reuseSends {
+			c.releaseSpares() // a session that waits keeps no spare packets
+		}
 		if err := rb.fill(1); err != nil {
 			c.readFailed(err)
 			return false
@@ -594,11 +597,18 @@ func newPacket(n int) (*Packet, []byte) {
 // control frame, a stray reply, a payload whose container does not decode), or the
 // error of a frame that does not decode. In the last two cases the permit is back.
 func (c *conn) pull(hl, total int) (*Packet, error) {
-	pkt, body := newPacket(total)
-	copy(body, c.rb.peek(wire.PrefixSize + total)[wire.PrefixSize:])
+	frame := c.rb.peek(wire.PrefixSize + total)[wire.PrefixSize:]
+	var pkt *Packet
+	var body []byte
+	if c.pullsReusable(frame, hl) {
+		pkt, body = c.reusablePacket(total)
+	} else {
+		pkt, body = newPacket(total)
+	}
+	copy(body, frame)
 	c.rb.consume(wire.PrefixSize + total)
-	// body is this packet's own copy of the frame, never reused: the header's strings
-	// can point into it.
+	// body is this packet's own copy of the frame, reused only with the packet: the
+	// header's strings can point into it.
 	var h wire.Header
 	if err := wire.DecodeHeaderInPlaceTo(&h, body[:hl]); err != nil {
 		c.host.permits.release()
@@ -633,6 +643,9 @@ func (c *conn) pull(hl, total int) (*Packet, error) {
 	pkt.Kind, pkt.Name, pkt.Metadata, pkt.RequestSeq = h.Kind, h.Name, h.Metadata, h.RequestSeq
 	pkt.CorrelationID, pkt.FlowID, pkt.FlowOrigin = h.CorrelationID, h.FlowID, h.FlowOrigin
 	pkt.Codec, pkt.Payload, pkt.Peer = h.Codec, payload, c.peer
+	if pkt.reusable {
+		pkt.Name = c.internName(h.Name)
+	}
 	return pkt, nil
 }
 

@@ -578,5 +578,6 @@ func slowPaths() bool { return os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off" }
 func newHost(opts session.HostOptions) *session.Host {
 	opts.NoInlineTurns = opts.NoInlineTurns || slowPaths()
 	opts.NoBatchedIngress = opts.NoBatchedIngress || slowPaths()
+	opts.NoPacketReuse = opts.NoPacketReuse || slowPaths()
 	return session.NewHost(opts)
 }
