@@ -71,6 +71,10 @@ type Config struct {
 	MaxMessageSize int64
 	// IdleTimeout closes sessions with no inbound frame for this long (0: never).
 	IdleTimeout time.Duration
+	// NoPacketReuse allocates every STREAM packet anew, even for a session type that
+	// reuses its Send packets (session.HostOptions.NoPacketReuse): to rule reuse out
+	// when diagnosing, and to run the suites without it.
+	NoPacketReuse bool
 	// Socket are the per-connection settings and bounds (session.SocketOptions).
 	Socket session.SocketOptions
 	// MaxConnections bounds the client connections held at once (0: the open-files

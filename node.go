@@ -166,6 +166,7 @@ func (n *Node) startStream(ctx context.Context) error {
 	h := session.NewHost(session.HostOptions{
 		MaxQueuedApplicationJobs: cfg.JobQueue, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
 		MaxConnections: cfg.MaxConnections, StallTimeout: cfg.StallTimeout, TracerProvider: cfg.TracerProvider,
+		NoPacketReuse: cfg.NoPacketReuse,
 	})
 	name := cfg.StreamName
 	if name == "" {

@@ -339,7 +339,9 @@ func failPackets(pkts []*session.Packet, code, why string) {
 // the relay waits for room as long as the session lives (its reader pulls nothing
 // meanwhile); ctx is the caller's and is not what bounds that wait. While the binding
 // is sealed for a relocation the packet is held (relocation.go) and Relay returns at
-// once: it goes out, in order, when the route update comes.
+// once: it goes out, in order, when the route update comes. A session type that
+// reuses its Send packets (session.SessionType.ReuseSendPackets) calls Relay during
+// OnPacket; a packet Relay holds is retained (session.Packet.Retain).
 func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet) error {
 	s.mu.Lock()
 	if s.closing || s.closed {
@@ -360,6 +362,7 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	// stops its session at the window: no relocation-specific bound (digest §7.13).
 	s.relayedOn(bd, seq, int64(len(pkt.Payload)))
 	if h := bd.hold; h != nil {
+		pkt.Retain() // held past the callback: a session that reuses Sends must not get it back
 		h.held = append(h.held, heldRelay{seq: seq, pkt: pkt})
 		s.mu.Unlock()
 		return nil

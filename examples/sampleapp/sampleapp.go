@@ -40,8 +40,10 @@ func Mux(b *binding.Binder) *session.Mux {
 		Prefix("room.", rooms.relay)
 }
 
-// Type is the sample session's type.
-func Type(b *binding.Binder) session.SessionType { return Mux(b).Type() }
+// Type is the sample session's type. Its handlers keep no Send packet past their
+// callback (an echo is copied into the write queue, a relay that must wait holds its
+// packet with Retain), so it reuses them.
+func Type(b *binding.Binder) session.SessionType { return Mux(b).Type().ReuseSendPackets() }
 
 type rooms struct{ b *binding.Binder }
 

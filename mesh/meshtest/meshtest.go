@@ -112,8 +112,10 @@ func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
 	cfg.NodeID, cfg.MeshPort, cfg.RemotePort = rid, meshPort, remotePort
 	cfg.PeerWindowRecords, cfg.PeerWindowBytes = c.opts.PeerWindowRecords, c.opts.PeerWindowBytes
 	// MESHNODE_TEST_FAST_PATHS=off runs a suite with the fast paths off (make test runs
-	// the contract suites both ways): here, record coalescing between nodes.
+	// the contract suites both ways): here, record coalescing between nodes and the
+	// reuse of STREAM Send packets.
 	cfg.NoRecordCoalescing = os.Getenv("MESHNODE_TEST_FAST_PATHS") == "off"
+	cfg.NoPacketReuse = cfg.NoRecordCoalescing
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}
