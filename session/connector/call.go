@@ -127,18 +127,22 @@ func (c *Connector) sendRaw(ctx context.Context, name string, id wire.Codec, pay
 	if !c.opts.DiagnosticsOff {
 		now = c.clock.now() // for the flow id
 	}
-	bp, err := c.encode(&h, payload, opts, 0, now)
-	if err != nil {
+	// Encoded straight into the write queue (no scratch buffer to fill, copy and give
+	// back) and left to the write goroutine: a sender in a loop never waits for a
+	// syscall, and its frames leave in large batches.
+	if err := cn.lockRoom(ctx, false); err != nil {
+		if !errors.Is(err, ErrDisconnected) {
+			return fmt.Errorf("connector: send %q: waiting for write room: %w", name, err)
+		}
 		return err
 	}
-	// Queued for the write goroutine: a sender in a loop never waits for a syscall, and
-	// its frames leave in large batches.
-	err = cn.enqueue(ctx, *bp, true, false)
-	putBuf(bp)
-	if err != nil && !errors.Is(err, ErrDisconnected) {
-		return fmt.Errorf("connector: send %q: waiting for write room: %w", name, err)
+	b, err := c.appendFrame(cn.wbuf, &h, payload, opts, 0, now)
+	if err != nil {
+		cn.wmu.Unlock() // wbuf keeps its length: nothing of the frame is queued
+		return err
 	}
-	return err
+	cn.wbuf = b
+	return cn.queued(true)
 }
 
 func (c *Connector) marshal(name string, v any) ([]byte, error) {
@@ -316,6 +320,20 @@ func requestContextError(ctx context.Context, name string) error {
 // diagnostics are off a flow of time now) and the send bound; nothing is written on
 // failure.
 func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, seq uint64, now time.Time) (*[]byte, error) {
+	bp := getBuf()
+	b, err := c.appendFrame((*bp)[:0], h, payload, opts, seq, now)
+	if err != nil {
+		putBuf(bp)
+		return nil, err
+	}
+	*bp = b
+	return bp, nil
+}
+
+// appendFrame appends the frame of h and payload to dst: compressed when an option asks
+// for it, with the correlation id of seq (when > 0) and, unless diagnostics are off, a
+// flow id of time now. On an error dst's bytes up to its length are unchanged.
+func (c *Connector) appendFrame(dst []byte, h *wire.Header, payload []byte, opts []CallOption, seq uint64, now time.Time) ([]byte, error) {
 	compressed := false
 	for _, o := range opts {
 		switch o.kind {
@@ -336,21 +354,23 @@ func (c *Connector) encode(h *wire.Header, payload []byte, opts []CallOption, se
 		h.Compressed = true
 	}
 	if len(payload) > c.opts.MaxSendPayload {
-		return nil, fmt.Errorf("%w: %q payload of %d bytes, limit %d", ErrValidation, h.Name, len(payload), c.opts.MaxSendPayload)
+		return nil, payloadTooLarge(h.Name, len(payload), c.opts.MaxSendPayload)
 	}
 	if seq > 0 {
 		h.CorrelationID = corrPlaceholder[:corrLen(seq)] // see finishHeader
 	}
-	bp := getBuf()
-	b := wire.AppendPrefix((*bp)[:0], 0, len(payload)) // header_len: finishHeader
+	start := len(dst)
+	b := wire.AppendPrefix(dst, 0, len(payload)) // header_len: finishHeader
 	b, err := wire.AppendHeader(b, h)
 	if err != nil {
-		putBuf(bp)
 		return nil, validationError(err)
 	}
-	b = finishHeader(b, seq, !c.opts.DiagnosticsOff, now)
-	*bp = append(b, payload...)
-	return bp, nil
+	b = finishHeader(b, start, seq, !c.opts.DiagnosticsOff, now)
+	return append(b, payload...), nil
+}
+
+func payloadTooLarge(name string, n, limit int) error {
+	return fmt.Errorf("%w: %q payload of %d bytes, limit %d", ErrValidation, name, n, limit)
 }
 
 // setMetadata sets key to value, last value wins (digest §2.7).

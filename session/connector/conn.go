@@ -257,6 +257,17 @@ func (cn *conn) abandon(seq uint64, cl *call) bool {
 // lost if the connection drops before the writer gets to it; requests then fail with
 // the drop, Sends are at most once.
 func (cn *conn) enqueue(ctx context.Context, frame []byte, async, control bool) error {
+	if err := cn.lockRoom(ctx, control); err != nil {
+		return err
+	}
+	cn.wbuf = append(cn.wbuf, frame...)
+	return cn.queued(async)
+}
+
+// lockRoom waits, as enqueue does, until the write queue has room for one more frame
+// (a control frame does not wait). It returns with wmu held, for the caller to append
+// the frame to wbuf and call queued; on an error wmu is not held.
+func (cn *conn) lockRoom(ctx context.Context, control bool) error {
 	cn.wmu.Lock()
 	for !control && len(cn.wbuf) >= maxPendingWrite && !cn.closed.Load() {
 		room := cn.wroom
@@ -278,7 +289,12 @@ func (cn *conn) enqueue(ctx context.Context, frame []byte, async, control bool) 
 		cn.drop(wire.CloseTransportError, "", errConnClosed) // waits for the running drop
 		return cn.ce
 	}
-	cn.wbuf = append(cn.wbuf, frame...)
+	return nil
+}
+
+// queued finishes an enqueue: the frame was appended to wbuf, and wmu (held) is
+// released.
+func (cn *conn) queued(async bool) error {
 	if cn.wactive {
 		// The active writer, or the write goroutine it hands over to, writes until the
 		// queue is empty: it takes this frame too.

@@ -31,22 +31,22 @@ const flagsOffset = wire.PrefixSize + 3
 // corrLen is the length of seq in lowercase hex without leading zeros (seq > 0).
 func corrLen(seq uint64) int { return (bits.Len64(seq) + 3) / 4 }
 
-// finishHeader completes the header that frame ends with (frame starts with its
-// prefix): when seq > 0 it writes the hex form of seq over the correlation placeholder,
-// when flow it appends a fresh flow id of time now with origin application and sets the
-// flow flag, and it fills in header_len.
-func finishHeader(frame []byte, seq uint64, flow bool, now time.Time) []byte {
+// finishHeader completes the header that b ends with, of the frame that starts (with
+// its prefix) at b[start:]: when seq > 0 it writes the hex form of seq over the
+// correlation placeholder, when flow it appends a fresh flow id of time now with origin
+// application and sets the flow flag, and it fills in header_len.
+func finishHeader(b []byte, start int, seq uint64, flow bool, now time.Time) []byte {
 	if seq > 0 {
-		putHex(frame[len(frame)-corrLen(seq):], seq)
+		putHex(b[len(b)-corrLen(seq):], seq)
 	}
 	if flow {
-		frame[flagsOffset] |= byte(wire.FlagFlow)
-		frame = append(frame, flowPlaceholder...)
-		putFlowID(frame[len(frame)-wire.FlowIDLen:], now)
-		frame = append(frame, byte(wire.FlowApplication))
+		b[start+flagsOffset] |= byte(wire.FlagFlow)
+		b = append(b, flowPlaceholder...)
+		putFlowID(b[len(b)-wire.FlowIDLen:], now)
+		b = append(b, byte(wire.FlowApplication))
 	}
-	binary.BigEndian.PutUint16(frame, uint16(len(frame)-wire.PrefixSize))
-	return frame
+	binary.BigEndian.PutUint16(b[start:], uint16(len(b)-start-wire.PrefixSize))
+	return b
 }
 
 const hexDigits = "0123456789abcdef"
