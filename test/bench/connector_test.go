@@ -134,11 +134,16 @@ func (c *counter) arm(n int) {
 	c.done = make(chan struct{})
 }
 
-func startCounting(tb testing.TB, c *counter) (string, func()) {
+// startCounting serves a counting session; reuse makes its session type reuse its Send
+// packets (it keeps none).
+func startCounting(tb testing.TB, c *counter, reuse bool) (string, func()) {
 	tb.Helper()
 	h := session.NewHost(session.HostOptions{})
-	h.AddStreamNode("count").Bind("tcp://127.0.0.1:0").
-		Session(session.NewSessionType(func() countingSession { return countingSession{c} }))
+	st := session.NewSessionType(func() countingSession { return countingSession{c} })
+	if reuse {
+		st = st.ReuseSendPackets()
+	}
+	h.AddStreamNode("count").Bind("tcp://127.0.0.1:0").Session(st)
 	if err := h.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
@@ -207,9 +212,15 @@ func BenchmarkRawTCPPipelined(b *testing.B) {
 
 // BenchmarkServerPipelinedRawClient: the same pipelined frames into a meshnode session
 // (permit, actor turn and callback per packet).
-func BenchmarkServerPipelinedRawClient(b *testing.B) {
+func BenchmarkServerPipelinedRawClient(b *testing.B) { benchServerPipelined(b, false) }
+
+// BenchmarkServerPipelinedRawClientReused is the same into a session type that reuses
+// its Send packets.
+func BenchmarkServerPipelinedRawClientReused(b *testing.B) { benchServerPipelined(b, true) }
+
+func benchServerPipelined(b *testing.B, reuse bool) {
 	cnt := &counter{}
-	addr, stop := startCounting(b, cnt)
+	addr, stop := startCounting(b, cnt, reuse)
 	defer stop()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -235,9 +246,15 @@ func BenchmarkServerPipelinedRawClient(b *testing.B) {
 
 // BenchmarkConnectorPipelinedSend is (d): one-way Sends through the connector, as fast
 // as it accepts them, until the session has counted all of them.
-func BenchmarkConnectorPipelinedSend(b *testing.B) {
+func BenchmarkConnectorPipelinedSend(b *testing.B) { benchConnectorPipelined(b, false) }
+
+// BenchmarkConnectorPipelinedSendReused is (d) into a session type that reuses its Send
+// packets, as one that keeps none may declare (session.SessionType.ReuseSendPackets).
+func BenchmarkConnectorPipelinedSendReused(b *testing.B) { benchConnectorPipelined(b, true) }
+
+func benchConnectorPipelined(b *testing.B, reuse bool) {
 	cnt := &counter{}
-	addr, stop := startCounting(b, cnt)
+	addr, stop := startCounting(b, cnt, reuse)
 	defer stop()
 	c := dialConnector(b, addr)
 	defer c.Close()

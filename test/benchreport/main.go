@@ -26,7 +26,9 @@ var pairs = []pair{
 	{"server share: raw client echo vs (a) raw TCP ping-pong", "ServerEchoRawClient", "RawTCPPingPong", 0, 0, ""},
 	{"(c) connector echo, 100 conns vs raw TCP 100 conns", "ConnectorEcho100Conns", "RawTCP100Conns", 0.40, 0, ""},
 	{"server share: raw clients, 100 conns vs raw TCP 100 conns", "ServerEcho100ConnsRawClient", "RawTCP100Conns", 0, 0, ""},
-	{"(d) connector pipelined Sends vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0, 0.15, ""},
+	{"(d) connector pipelined Sends, session reusing Send packets, vs raw TCP pipelined", "ConnectorPipelinedSendReused", "RawTCPPipelined", 0, 0.15, ""},
+	{"(d) connector pipelined Sends, session keeping them (the default), vs raw TCP pipelined", "ConnectorPipelinedSend", "RawTCPPipelined", 0, 0, ""},
+	{"server share: raw client pipelined Sends, reused, vs raw TCP pipelined", "ServerPipelinedRawClientReused", "RawTCPPipelined", 0, 0, ""},
 	{"server share: raw client pipelined Sends vs raw TCP pipelined", "ServerPipelinedRawClient", "RawTCPPipelined", 0, 0, ""},
 	{"cross-node Actor send vs raw protoactor remote send", "ActorSendCrossNode", "RawRemoteSend", 0, 0.70, ""},
 	{"cross-node Actor send, the message passed by value, vs raw remote send", "ActorSendCrossNodeByValue", "RawRemoteSend", 0, 0, ""},
@@ -40,6 +42,7 @@ var pairs = []pair{
 	// The fast paths stay only while they earn their keep: each must beat its switch.
 	{"fast path: connector echo vs the same with caller reads off", "ConnectorEcho", "ConnectorEchoNoCallerReads", 1.10, 0, ""},
 	{"fast path: server echo vs the same with inline turns off", "ServerEchoRawClient", "ServerEchoRawClientNoInlineTurns", 1.10, 0, ""},
+	{"fast path: pipelined Sends into a session reusing them vs keeping them", "ServerPipelinedRawClientReused", "ServerPipelinedRawClient", 1.10, 0, ""},
 }
 
 // metricGoals are upper bounds on figures a benchmark reports itself (b.ReportMetric).
