@@ -66,13 +66,16 @@ type conn struct {
 	// Per-session ingress bound: application packets pulled but whose callback has not
 	// started, and how many of them still hold a host permit (a stalled session gives
 	// its permits back, see releaseStalled).
-	pending        atomic.Int64
+	//
+	// turns packs two counters into one word, so that a turn's start moves both with
+	// one atomic operation: the packet turns started (high 32 bits, wrapping, for stall
+	// detection) and the packets pending (low 32 bits: pulled, callback not started).
+	turns          atomic.Uint64
 	pendingPermits atomic.Int64
-	started        atomic.Uint64 // packet turns started, for stall detection
 	stallTimer     *time.Timer
 	stallArmed     atomic.Bool
 	stallMark      atomic.Uint64
-	busy           atomic.Int64 // packets posted whose turn has not finished
+	busy           atomic.Int64 // packets posted whose chain of turns has not finished
 	progress       wake.Signal  // a packet turn started or finished
 	gate           atomic.Pointer[func() <-chan struct{}]
 

@@ -335,6 +335,20 @@ func (h *Host) track(c *conn) bool {
 	return true
 }
 
+// queuedPermits counts the host permits held by packets handed to a session owner
+// whose callback has not started. The sessions keep the count; the host adds it up when
+// asked (a metrics collection), rather than every packet turn moving one host-wide
+// counter that every core writes.
+func (h *Host) queuedPermits() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for c := range h.conns {
+		n += max(0, c.pendingPermits.Load())
+	}
+	return n
+}
+
 func (h *Host) untrack(c *conn) {
 	h.mu.Lock()
 	delete(h.conns, c)

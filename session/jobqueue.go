@@ -21,6 +21,7 @@ func (h *Host) JobQueue() JobQueueStats {
 		return JobQueueStats{}
 	}
 	s := p.stats()
+	s.queued = h.queuedPermits()
 	return JobQueueStats{Limit: s.limit, InUse: s.inUse, Queued: s.queued, Peak: s.peak,
 		Waiters: s.waiters, Waits: s.waits, Paused: s.paused}
 }

@@ -175,6 +175,7 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 	m.regs = append(m.regs, reg)
 	reg, err = zm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := h.permits.stats()
+		s.queued = h.queuedPermits()
 		o.ObserveInt64(limit, s.limit)
 		o.ObserveInt64(jobs, s.inUse-s.queued, state("reserved"))
 		o.ObserveInt64(jobs, s.queued, state("queued"))

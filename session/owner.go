@@ -35,17 +35,18 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 	case *Packet:
 		// One message carries the packets the read loop pulled together, in order; each
 		// one's permit returns at its own callback's start (digest §9.3 step 5).
-		for pkt := m; pkt != nil; {
+		n := int64(0)
+		for pkt := m; pkt != nil; n++ {
 			next := pkt.next
 			pkt.next = nil
 			a.c.turnStarted()
 			a.dispatch(pkt)
-			a.c.turnFinished()
 			if pkt.reusable {
 				a.c.recyclePacket(pkt)
 			}
 			pkt = next
 		}
+		a.c.turnsFinished(n)
 	case *actor.Started:
 		if h, ok := a.sess.(ConnectHandler); ok {
 			a.guard("connect", func() { h.OnConnect(a.c.ctx, a.c.peer) })

@@ -36,7 +36,6 @@ type permitPool struct {
 
 	inUse   atomic.Int64
 	nwait   atomic.Int64 // waiters queued; read by release without the lock
-	queued  atomic.Int64 // permits transferred to a mailbox, callback not yet started
 	peak    atomic.Int64
 	waits   atomic.Int64
 	waitNs  atomic.Int64
@@ -250,7 +249,6 @@ func (p *permitPool) stats() permitStats {
 	s := permitStats{
 		limit:       p.limit,
 		inUse:       p.inUse.Load(),
-		queued:      p.queued.Load(),
 		peak:        p.peak.Load(),
 		waiters:     p.nwait.Load(),
 		waits:       p.waits.Load(),

@@ -67,9 +67,8 @@ func (c *conn) rescueReader() {
 // the read loop's next read finds what the kernel buffered meanwhile anyway. It
 // reports false when a rescue reader took over while the turns ran on this goroutine.
 func (c *conn) deliver(head *Packet, n int, mayInline bool) bool {
-	c.host.permits.queued.Add(int64(n))
 	c.busy.Add(int64(n))
-	c.pending.Add(int64(n))
+	c.turns.Add(uint64(n))
 	if c.pendingPermits.Add(int64(n)) == int64(n) && c.host.stallTimeout > 0 {
 		c.armStall()
 	}
@@ -108,15 +107,15 @@ var beforePost atomic.Pointer[func(c *conn, head *Packet)]
 // turnStarted runs at the first instruction of a packet turn: the packet's permit, if
 // it still holds one, goes back to the host (digest §9.3 step 5).
 func (c *conn) turnStarted() {
-	c.started.Add(1)
-	left := c.pending.Add(-1)
+	// One more started, one fewer pending: the pending count is at least one (deliver
+	// counted this packet), so the subtraction never borrows from the started count.
+	left := int64(uint32(c.turns.Add(1<<32 - 1)))
 	for {
 		n := c.pendingPermits.Load()
 		if n <= 0 {
 			break
 		}
 		if c.pendingPermits.CompareAndSwap(n, n-1) {
-			c.host.permits.queued.Add(-1)
 			c.host.permits.release()
 			break
 		}
@@ -128,18 +127,26 @@ func (c *conn) turnStarted() {
 	}
 }
 
-// turnFinished runs when a packet turn returned.
-func (c *conn) turnFinished() {
-	if c.busy.Add(-1) == 0 {
+// turnsFinished runs when the last turn of a chain of n packets (one mailbox message)
+// returned. Only a close that waits for the pulled packets to run (closeAfterPulled)
+// needs the count of turns not finished, and it waits for all of them anyway.
+func (c *conn) turnsFinished(n int64) {
+	if c.busy.Add(-n) == 0 {
 		c.progress.Notify()
 	}
 }
+
+// pending returns the packets pulled whose callback has not started.
+func (c *conn) pending() int64 { return int64(uint32(c.turns.Load())) }
+
+// started returns the packet turns started so far, modulo 2^32.
+func (c *conn) started() uint64 { return c.turns.Load() >> 32 }
 
 func (c *conn) armStall() {
 	if !c.stallArmed.CompareAndSwap(false, true) {
 		return
 	}
-	c.stallMark.Store(c.started.Load())
+	c.stallMark.Store(c.started())
 	if c.stallTimer == nil {
 		c.stallTimer = time.AfterFunc(c.host.stallTimeout, c.checkStall)
 		return
@@ -156,7 +163,7 @@ func (c *conn) checkStall() {
 	if c.pendingPermits.Load() <= 0 {
 		return
 	}
-	if c.started.Load() != mark {
+	if c.started() != mark {
 		c.armStall()
 		return
 	}
@@ -174,7 +181,6 @@ func (c *conn) releaseStalled() {
 		return
 	}
 	for range n {
-		c.host.permits.queued.Add(-1)
 		c.host.permits.release()
 	}
 	c.host.metrics.stalledPermits.Add(n)
@@ -194,9 +200,9 @@ var pauseReasonLabels = [pauseReasons]string{"backlog", "write_queue", "relay"}
 // that is closed when the bound that holds it may have moved.
 func (c *conn) ingressBlocked() (<-chan struct{}, int) {
 	maxPending := int64(c.node.socket.MaxPendingPackets)
-	if c.pending.Load() >= maxPending {
+	if c.pending() >= maxPending {
 		ch := c.progress.Wait()
-		if c.pending.Load() >= maxPending {
+		if c.pending() >= maxPending {
 			return ch, pauseBacklog
 		}
 	}
@@ -358,7 +364,7 @@ func (c *conn) pullBuffered(head *Packet) (*Packet, int, error) {
 	if c.host.opts.NoBatchedIngress {
 		return head, 1, nil
 	}
-	room := int64(c.node.socket.MaxPendingPackets) - c.pending.Load() - 1
+	room := int64(c.node.socket.MaxPendingPackets) - c.pending() - 1
 	want := c.bufferedApplicationFrames(min(room, maxIngressBatch-1))
 	if want == 0 || c.isClosing() {
 		return head, 1, nil
