@@ -36,16 +36,18 @@ func (a *ownerActor) Receive(ctx actor.Context) {
 		// One message carries the packets the read loop pulled together, in order; each
 		// one's permit returns at its own callback's start (digest §9.3 step 5).
 		n := int64(0)
+		var spares spareList // the chain's reusable packets, handed back together
 		for pkt := m; pkt != nil; n++ {
 			next := pkt.next
 			pkt.next = nil
 			a.c.turnStarted()
 			a.dispatch(pkt)
 			if pkt.reusable {
-				a.c.recyclePacket(pkt)
+				spares.add(pkt)
 			}
 			pkt = next
 		}
+		a.c.recyclePackets(spares)
 		a.c.turnsFinished(n)
 	case *actor.Started:
 		if h, ok := a.sess.(ConnectHandler); ok {

@@ -19,10 +19,11 @@ import (
 // classes of newPacket exist to allocate fewer bytes, which does not matter once
 // nothing is allocated).
 //
-// A returned packet goes first to its connection: the turn pushes it on the
-// connection's spares (a lock-free stack), and the reader takes the whole stack at once
-// when its own list runs out, so a packet changes hands with one atomic operation on
-// each side. A sync.Pool Get and Put cost three times as much per packet. The spares
+// A returned packet goes first to its connection: the turns of one mailbox message push
+// their packets on the connection's spares (a lock-free stack) together, and the reader
+// takes the whole stack at once when its own list runs out, so packets change hands
+// with one atomic operation on each side per batch. A sync.Pool Get and Put cost three
+// times as much per packet. The spares
 // are at most the packets in flight (MaxPendingPackets), and before the reader waits
 // for bytes on an empty receive buffer it hands them to reusablePackets, the pool all
 // connections share: a session that stops sending keeps none, and the collector
@@ -48,14 +49,30 @@ func (c *conn) reusablePacket(n int) (*Packet, []byte) {
 	return &pb.p, pb.body[:n:n]
 }
 
-// recyclePacket takes back a reusable packet whose callback returned: the session
-// owner's turn calls it.
-func (c *conn) recyclePacket(p *Packet) {
+// spareList is a list of reusable packets whose callbacks returned, linked through
+// next, being gathered by a session owner's turns.
+type spareList struct{ head, tail *Packet }
+
+// add empties p and puts it on the list.
+func (l *spareList) add(p *Packet) {
 	*p = Packet{} // drop what the packet points to: a spare must not keep it alive
+	p.next = l.head
+	l.head = p
+	if l.tail == nil {
+		l.tail = p
+	}
+}
+
+// recyclePackets takes back the reusable packets of a chain whose turns ran, all with
+// one atomic operation: the session owner calls it.
+func (c *conn) recyclePackets(l spareList) {
+	if l.head == nil {
+		return
+	}
 	for {
-		head := c.spares.Load()
-		p.next = head
-		if c.spares.CompareAndSwap(head, p) {
+		top := c.spares.Load()
+		l.tail.next = top
+		if c.spares.CompareAndSwap(top, l.head) {
 			return
 		}
 	}
