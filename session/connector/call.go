@@ -91,7 +91,7 @@ func (c *Connector) RequestRaw(ctx context.Context, name string, id wire.Codec, 
 // one write. It is not queued while the connector is not connected (ErrDisconnected).
 // A Send is at most once: a frame still queued when the connection drops is lost
 // without an error (Close first writes what was queued, see Close). While more than
-// 4 MiB are queued (the peer reads slower than we send), Send waits for room, bounded
+// 256 KiB are queued (the peer reads slower than we send), Send waits for room, bounded
 // by ctx; ctx is also checked before anything else, and the write itself is not
 // interrupted by it.
 func (c *Connector) Send(ctx context.Context, name string, v any, opts ...CallOption) error {
