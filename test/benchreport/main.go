@@ -38,7 +38,8 @@ var pairs = []pair{
 	{"bound request/response, 100 sessions vs raw remote request, 100 callers", "BoundRequestCrossNode100Sessions", "RawRemoteRequest100Callers", 0, 0.60, "RawTCP100Conns"},
 	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0, 0.60, ""},
 	{"service call over STREAM vs the plain echo Request", "ServiceCallServer", "ConnectorEcho", 0.60, 0, ""},
-	{"session-service call, worker on another node vs bound room.echo", "ServiceCallSessionCrossNode", "BoundRequestCrossNode", 0.80, 0, ""},
+	// Judged on ServiceCallSessionInterleaved (metricGoals): these two run minutes apart.
+	{"session-service call, worker on another node vs bound room.echo", "ServiceCallSessionCrossNode", "BoundRequestCrossNode", 0, 0, ""},
 	// The fast paths stay only while they earn their keep: each must beat its switch.
 	{"fast path: connector echo vs the same with caller reads off", "ConnectorEcho", "ConnectorEchoNoCallerReads", 1.10, 0, ""},
 	{"fast path: server echo vs the same with inline turns off", "ServerEchoRawClient", "ServerEchoRawClientNoInlineTurns", 1.10, 0, ""},
@@ -55,6 +56,9 @@ var metricGoals = []struct {
 	{"RSS per idle STREAM session", "IdleSessions", "KiB-rss/session", 10},
 	{"goroutines per idle STREAM session", "IdleSessions", "goroutines/session", 1.05},
 	{"heap left after binding and unbinding 10,000 sessions", "BindUnbind10kSessions", "KiB-heap-delta", 512},
+	// The plugin-services issue's goal, a session-service call at >= 80% of a bound
+	// room.echo's throughput, as time: <= 1/0.8. Measured in alternation.
+	{"session-service call time / bound room.echo time, interleaved", "ServiceCallSessionInterleaved", "x-bound-echo-time", 1.25},
 	// The relocation issue's goal: an Actor under 1,000 requests/s is unreachable for at
 	// most 50 ms in 99 moves of 100.
 	{"relocation pause p99, 3 nodes, 1,000 requests/s", "RelocationPause", "pause-p99-ms", 50},
@@ -113,7 +117,7 @@ func main() {
 			case "B/op", "MB/s":
 			default:
 				if strings.HasPrefix(unit, "s/") || strings.HasPrefix(unit, "KiB-") || strings.HasPrefix(unit, "goroutines/") ||
-					strings.HasSuffix(unit, "-ms") {
+					strings.HasSuffix(unit, "-ms") || strings.HasPrefix(unit, "x-") {
 					if r.custom == nil {
 						r.custom = map[string]float64{}
 					}
