@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -95,6 +96,53 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 		}
 	}
 	testkit.Await(b, done, benchWait, "the Actor to receive every relayed Send")
+}
+
+// BenchmarkBoundRelaySendCrossNodeInterleaved measures the one-way relay against raw
+// protoactor remote sends in alternation: blocks of relayed Sends and of raw sends
+// between the same two nodes take turns, so that both see the same machine. It
+// reports the relays' time over the raw sends' (x-raw-remote-time; the relay figure's
+// ratio is its inverse); ns/op is one of each.
+func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	c := boundClient(b, f, 1, "probe")
+	raw := &countTo{}
+	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
+			raw.hit()
+		}
+	}), "bench-raw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
+	root := nodert.SystemOf(f.Node(0).Mesh()).Root
+	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	ctx := context.Background()
+	const block = 20000
+	var relays, sends time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block {
+		n := min(block, b.N-done)
+		start := time.Now()
+		reached := f.Ev.TicksReach(f.Ev.Ticks() + int64(n))
+		for range n {
+			if err := c.SendRaw(ctx, "room.tick", wire.CodecJSON, payload64[:2]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		testkit.Await(b, reached, benchWait, "the Actor to receive every relayed Send")
+		mid := time.Now()
+		raw.arm(n)
+		for range n {
+			root.Send(target, rawMsg)
+		}
+		testkit.Await(b, raw.done, benchWait, "every raw send to arrive")
+		relays += mid.Sub(start)
+		sends += time.Since(mid)
+	}
+	b.ReportMetric(float64(relays)/float64(sends), "x-raw-remote-time")
 }
 
 // BenchmarkBindUnbind10kSessions binds and unbinds 10,000 sessions (100 at a time) to
