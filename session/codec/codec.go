@@ -138,6 +138,14 @@ func (r *Registry) Lookup(id wire.Codec) (Codec, error) {
 // must compare a wire content type byte-exactly should first check
 // CanonicalContentType(ct) == ct.
 func (r *Registry) ByContentType(ct string) (Codec, error) {
+	// The usual content type is a registered one, exactly: every key was checked when
+	// it was registered, so an exact hit needs no check (a relayed record names its
+	// content type, and checking it was a tenth of the record's delivery).
+	if t := r.cur.Load(); t != nil {
+		if id, ok := t.byCT[ct]; ok {
+			return t.byID[id], nil
+		}
+	}
 	trimmed, upper, err := checkContentType(ct)
 	if err != nil {
 		return nil, err
