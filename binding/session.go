@@ -28,6 +28,7 @@ type Session struct {
 
 	mu         sync.Mutex
 	binds      map[string]*bound // by ActorId
+	only       string            // the ActorId of the only binding, when there is one (Relay's default)
 	byGen      map[uint64]*bound // the same bindings, by binding generation
 	binding    int               // binds in progress, counted against MaxBindingsPerSession
 	seq        uint64            // session sequence: ingress order of relayed packets
@@ -99,11 +100,16 @@ func (s *Session) ingressGate() <-chan struct{} {
 	return nil
 }
 
-// bindsChanged refreshes what the ingress gate reads of the bindings. s.mu is held.
+// bindsChanged refreshes what the ingress gate and Relay's default target read of the
+// bindings. s.mu is held.
 func (s *Session) bindsChanged() {
 	self := s.b.node.ID()
 	var nodes []mesh.NodeID
-	for _, bd := range s.binds {
+	s.only = ""
+	for id, bd := range s.binds {
+		if len(s.binds) == 1 {
+			s.only = id
+		}
 		if bd.fence.Node != self && !slices.Contains(nodes, bd.fence.Node) {
 			nodes = append(nodes, bd.fence.Node)
 		}
@@ -341,12 +347,16 @@ func failPackets(pkts []*session.Packet, code, why string) {
 // is sealed for a relocation the packet is held (relocation.go) and Relay returns at
 // once: it goes out, in order, when the route update comes. A session type that
 // reuses its Send packets (session.SessionType.ReuseSendPackets) calls Relay during
-// OnPacket; a packet Relay holds is retained (session.Packet.Retain).
+// OnPacket; a packet Relay holds is retained (session.Packet.Retain). With actorID
+// empty, the packet goes to the session's only binding (none when it has several).
 func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet) error {
 	s.mu.Lock()
 	if s.closing || s.closed {
 		s.mu.Unlock()
 		return ErrSessionClosing
+	}
+	if actorID == "" {
+		actorID = s.only
 	}
 	bd, ok := s.binds[actorID]
 	if !ok {
@@ -503,25 +513,7 @@ func (b *Binder) Unbind(ctx context.Context, peer *session.Peer, actorID string)
 // Relay relays the packet to the bound Actor actorID; with actorID empty, to the
 // session's only binding (Session.Relay).
 func (b *Binder) Relay(ctx context.Context, p *session.Packet, actorID string) error {
-	s := b.Session(p.Peer)
-	if actorID == "" {
-		actorID = s.onlyBinding()
-	}
-	return s.Relay(ctx, actorID, p)
-}
-
-// onlyBinding returns the ActorId of the session's binding when it has exactly one,
-// else "" (Relay's default target; no allocation on the relay path).
-func (s *Session) onlyBinding() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.binds) != 1 {
-		return ""
-	}
-	for id := range s.binds {
-		return id
-	}
-	return ""
+	return b.Session(p.Peer).Relay(ctx, actorID, p)
 }
 
 // BindingsOf returns the current bindings of the session with routing id id (none when
