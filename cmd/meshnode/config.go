@@ -386,7 +386,12 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	nc.Timing = c.meshPreset
 	nc.Streams = c.streams
 	nc.StreamName = c.nodeName
-	nc.Session = func(n *meshnode.Node) session.SessionType { return n.ServeServices(sampleapp.Mux(n.Binder())).Type() }
+	// No route keeps a Send packet past its callback (the sample's copy what they send or
+	// relay, Retain what a relay holds; the services' cancel only looks its id up), so
+	// the session reuses them.
+	nc.Session = func(n *meshnode.Node) session.SessionType {
+		return n.ServeServices(sampleapp.Mux(n.Binder())).Type().ReuseSendPackets()
+	}
 	nc.Kinds = sampleapp.Kinds()
 	nc.Services = func(n *meshnode.Node) []services.Facet {
 		return []services.Facet{sampleapp.NodeInfoFacet(func() string { return n.ID().RID }, func() int { return len(n.Membership().Live()) })}
