@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -37,6 +38,11 @@ func (c *conn) startPacketSpan(pkt *Packet) context.Context {
 	f.Parent, _ = pkt.Metadata.Get(traceprop.TraceParent)
 	if f.Parent != "" {
 		f.State, _ = pkt.Metadata.Get(traceprop.TraceState)
+		if pkt.reusable && f.State != "" {
+			// The parsed trace state keeps substrings of it, and the span outlives a
+			// reused packet's bytes (an exporter reads it later).
+			f.State = strings.Clone(f.State)
+		}
 		var bad bool
 		if ctx, bad = traceprop.Extract(ctx, f); bad {
 			h.badCarriers.Add(c.ctx, "stream")

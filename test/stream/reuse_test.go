@@ -3,10 +3,15 @@ package stream_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session"
@@ -74,9 +79,14 @@ func (l *reuseLog) count() int {
 
 // startReuseHost starts a host whose session type reuses its Send packets.
 func startReuseHost(t *testing.T) (*reuseLog, *testkit.RawConn) {
+	return startReuseHostWith(t, session.HostOptions{})
+}
+
+func startReuseHostWith(t *testing.T, opts session.HostOptions) (*reuseLog, *testkit.RawConn) {
 	t.Helper()
 	log := &reuseLog{seen: map[*session.Packet]int{}, notify: make(chan struct{}, 1)}
-	h := newHost(session.HostOptions{Logger: quietLogger()})
+	opts.Logger = quietLogger()
+	h := newHost(opts)
 	st := session.NewSessionType(func() reuseSession { return reuseSession{log: log} }).ReuseSendPackets()
 	if !st.ReusesSendPackets() {
 		t.Fatal("ReuseSendPackets returned a type that does not reuse")
@@ -198,3 +208,37 @@ func TestReuseSendPackets_RequestsAreNeverReused(t *testing.T) {
 		}
 	}
 }
+
+// A reused Send's server span keeps the client's trace state as it came: the span
+// outlives the packet's bytes (an exporter reads it after the callback), so nothing of
+// it may point into them.
+func TestReuseSendPackets_SpansKeepTheirTraceStateAfterReuse(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	log, c := startReuseHostWith(t, session.HostOptions{TracerProvider: tp})
+	const n = 300
+	var stream []byte
+	for i := range n {
+		h := wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "t", Metadata: wire.Metadata{
+			{Key: "traceparent", Value: fmt.Sprintf("00-0af7651916cd43dd8448eb211c80319c-%016x-01", i+1)},
+			{Key: "tracestate", Value: fmt.Sprintf("k=%04d", i)},
+		}}
+		stream = append(stream, testkit.Encode(h, []byte("{}"))...)
+	}
+	if err := c.WriteAll(stream, waitLong); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if !eventually(waitLong, func() bool { return log.count() == n && len(rec.Ended()) == n }) {
+		t.Fatalf("the session saw %d of %d Sends, %d spans ended", log.count(), n, len(rec.Ended()))
+	}
+	for _, sp := range rec.Ended() {
+		parent := sp.Parent()
+		want := fmt.Sprintf("%04d", spanNumber(parent.SpanID())-1)
+		if got := parent.TraceState().Get("k"); got != want {
+			t.Fatalf("span of the Send with parent %s has trace state k=%q, want %q", parent.SpanID(), got, want)
+		}
+	}
+}
+
+func spanNumber(id trace.SpanID) uint64 { return binary.BigEndian.Uint64(id[:]) }
