@@ -127,22 +127,47 @@ func (c *Connector) sendRaw(ctx context.Context, name string, id wire.Codec, pay
 	if !c.opts.DiagnosticsOff {
 		now = c.clock.now() // for the flow id
 	}
-	// Encoded straight into the write queue (no scratch buffer to fill, copy and give
-	// back) and left to the write goroutine: a sender in a loop never waits for a
-	// syscall, and its frames leave in large batches.
-	if err := cn.lockRoom(ctx, false); err != nil {
-		if !errors.Is(err, ErrDisconnected) {
-			return fmt.Errorf("connector: send %q: waiting for write room: %w", name, err)
+	// Queued for the write goroutine: a sender in a loop never waits for a syscall, and
+	// its frames leave in large batches.
+	if len(opts) > 0 {
+		// Metadata or compression: built (and compressed) in a buffer of its own, not
+		// under the queue's lock, then copied in.
+		bp, err := c.encode(&h, payload, opts, 0, now)
+		if err != nil {
+			return err
 		}
-		return err
+		err = cn.enqueue(ctx, *bp, true, false)
+		putBuf(bp)
+		return sendQueueError(name, err)
 	}
-	b, err := c.appendFrame(cn.wbuf, &h, payload, opts, 0, now)
+	// A plain Send is encoded straight into the queue (no scratch buffer to fill, copy
+	// and give back), after the checks its encode makes, so that an invalid one fails
+	// at once rather than after waiting for room.
+	if len(payload) > c.opts.MaxSendPayload {
+		return payloadTooLarge(name, len(payload), c.opts.MaxSendPayload)
+	}
+	if err := wire.ValidateHeader(&h); err != nil {
+		return validationError(err)
+	}
+	if err := cn.lockRoom(ctx, false); err != nil {
+		return sendQueueError(name, err)
+	}
+	b, err := c.appendFrame(cn.wbuf, &h, payload, nil, 0, now)
 	if err != nil {
 		cn.wmu.Unlock() // wbuf keeps its length: nothing of the frame is queued
 		return err
 	}
 	cn.wbuf = b
 	return cn.queued(true)
+}
+
+// sendQueueError words a Send's failure to queue: waiting for room ended (ctx), or the
+// connection dropped (ErrDisconnected, as it is).
+func sendQueueError(name string, err error) error {
+	if err != nil && !errors.Is(err, ErrDisconnected) {
+		return fmt.Errorf("connector: send %q: waiting for write room: %w", name, err)
+	}
+	return err
 }
 
 func (c *Connector) marshal(name string, v any) ([]byte, error) {
