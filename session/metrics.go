@@ -177,7 +177,8 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		s := h.permits.stats()
 		s.queued = h.queuedPermits()
 		o.ObserveInt64(limit, s.limit)
-		o.ObserveInt64(jobs, s.inUse-s.queued, state("reserved"))
+		// inUse and queued are read at different moments: never report less than none.
+		o.ObserveInt64(jobs, max(0, s.inUse-s.queued), state("reserved"))
 		o.ObserveInt64(jobs, s.queued, state("queued"))
 		o.ObserveInt64(jobs, s.inUse, state("in_use"))
 		o.ObserveInt64(jobs, s.peak, state("peak"))

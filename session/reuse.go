@@ -26,8 +26,9 @@ import (
 // times as much per packet. The spares
 // are at most the packets in flight (MaxPendingPackets), and before the reader waits
 // for bytes on an empty receive buffer it hands them to reusablePackets, the pool all
-// connections share: a session that stops sending keeps none, and the collector
-// empties what no connection took.
+// connections share, and the collector empties what no connection took. A session that
+// stops sending keeps at most the spares of turns that ended after its reader began
+// to wait (MaxPendingPackets of them, 4 KiB by default), until it sends again.
 var reusablePackets sync.Pool
 
 // reusablePacket returns an empty packet, marked reusable, and a buffer of n bytes
