@@ -109,6 +109,41 @@ func BenchmarkServiceCallSessionCrossNode(b *testing.B) {
 	}
 }
 
+// BenchmarkServiceCallServerInterleaved is the server-service figure measured against
+// its baseline in alternation: blocks of typed nodeinfo calls and of plain echo
+// Requests, from two connections to the same node, take turns. It reports the calls'
+// time over the echoes' (x-echo-time); ns/op is one call and one echo.
+func BenchmarkServiceCallServerInterleaved(b *testing.B) {
+	c := startServiceNodes(b, 1, func(n *meshnode.Node) *session.Mux { return sampleapp.Mux(n.Binder()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := present(b, c, 0)
+	echo := testkit.DialConnector(b, c.Node(0).Endpoints()[0], benchWait)
+	b.Cleanup(func() { _ = echo.Close() })
+	const block = 50
+	var calls, echoes time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block {
+		n := min(block, b.N-done)
+		start := time.Now()
+		for range n {
+			if _, err := p.info.Describe.Call(ctx, struct{}{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mid := time.Now()
+		for range n {
+			if _, err := echo.RequestRaw(ctx, "echo", wire.CodecJSON, echoPayload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		calls += mid.Sub(start)
+		echoes += time.Since(mid)
+	}
+	b.ReportMetric(float64(calls)/float64(echoes), "x-echo-time")
+}
+
 // BenchmarkServiceCallSessionInterleaved is the plugin-services issue's figure measured
 // against its baseline in alternation: blocks of session-service calls to a worker on
 // the other node and of bound room.echo requests to a room on the other node, from two

@@ -37,7 +37,8 @@ var pairs = []pair{
 	{"bound request/response, Actor on the same node vs raw remote request", "BoundRequestSameNode", "RawRemoteRequest", 0, 0, ""},
 	{"bound request/response, 100 sessions vs raw remote request, 100 callers", "BoundRequestCrossNode100Sessions", "RawRemoteRequest100Callers", 0, 0.60, "RawTCP100Conns"},
 	{"bound one-way relay vs raw protoactor remote send", "BoundRelaySendCrossNode", "RawRemoteSend", 0, 0.60, ""},
-	{"service call over STREAM vs the plain echo Request", "ServiceCallServer", "ConnectorEcho", 0.60, 0, ""},
+	// Judged on ServiceCallServerInterleaved (metricGoals): these two run minutes apart.
+	{"service call over STREAM vs the plain echo Request", "ServiceCallServer", "ConnectorEcho", 0, 0, ""},
 	// Judged on ServiceCallSessionInterleaved (metricGoals): these two run minutes apart.
 	{"session-service call, worker on another node vs bound room.echo", "ServiceCallSessionCrossNode", "BoundRequestCrossNode", 0, 0, ""},
 	// The fast paths stay only while they earn their keep: each must beat its switch.
@@ -59,6 +60,9 @@ var metricGoals = []struct {
 	// The plugin-services issue's goal, a session-service call at >= 80% of a bound
 	// room.echo's throughput, as time: <= 1/0.8. Measured in alternation.
 	{"session-service call time / bound room.echo time, interleaved", "ServiceCallSessionInterleaved", "x-bound-echo-time", 1.25},
+	// The plugin-services issue's server-service goal, >= 60% of the plain echo's
+	// throughput, as time: <= 1/0.6. Measured in alternation.
+	{"server-service call time / plain echo Request time, interleaved", "ServiceCallServerInterleaved", "x-echo-time", 1 / 0.6},
 	// The relocation issue's goal: an Actor under 1,000 requests/s is unreachable for at
 	// most 50 ms in 99 moves of 100.
 	{"relocation pause p99, 3 nodes, 1,000 requests/s", "RelocationPause", "pause-p99-ms", 50},
