@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -119,13 +118,9 @@ func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
 	root := nodert.SystemOf(f.Node(0).Mesh()).Root
 	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	ctx := context.Background()
-	const block = 20000
-	var relays, sends time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		n := min(block, b.N-done)
-		start := time.Now()
+	ratio := alternate(b, 20000, func(n int) {
 		reached := f.Ev.TicksReach(f.Ev.Ticks() + int64(n))
 		for range n {
 			if err := c.SendRaw(ctx, "room.tick", wire.CodecJSON, payload64[:2]); err != nil {
@@ -133,16 +128,14 @@ func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
 			}
 		}
 		testkit.Await(b, reached, benchWait, "the Actor to receive every relayed Send")
-		mid := time.Now()
+	}, func(n int) {
 		raw.arm(n)
 		for range n {
 			root.Send(target, rawMsg)
 		}
 		testkit.Await(b, raw.done, benchWait, "every raw send to arrive")
-		relays += mid.Sub(start)
-		sends += time.Since(mid)
-	}
-	b.ReportMetric(float64(relays)/float64(sends), "x-raw-remote-time")
+	})
+	b.ReportMetric(ratio, "x-raw-remote-time")
 }
 
 // BenchmarkBindUnbind10kSessions binds and unbinds 10,000 sessions (100 at a time) to

@@ -104,13 +104,9 @@ func BenchmarkActorSendCrossNodeInterleaved(b *testing.B) {
 	target := proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
 	root := nodert.SystemOf(c.Node(0).Mesh()).Root
 	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
-	const block = 20000
-	var ours, theirs time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		n := min(block, b.N-done)
-		start := time.Now()
+	ratio := alternate(b, 20000, func(n int) {
 		actors.arm(n)
 		for range n {
 			if err := host.Send(ctx, to, msg); err != nil {
@@ -118,16 +114,14 @@ func BenchmarkActorSendCrossNodeInterleaved(b *testing.B) {
 			}
 		}
 		testkit.Await(b, actors.done, benchWait, "every Actor send to arrive")
-		mid := time.Now()
+	}, func(n int) {
 		raw.arm(n)
 		for range n {
 			root.Send(target, rawMsg)
 		}
 		testkit.Await(b, raw.done, benchWait, "every raw send to arrive")
-		ours += mid.Sub(start)
-		theirs += time.Since(mid)
-	}
-	b.ReportMetric(float64(ours)/float64(theirs), "x-raw-remote-time")
+	})
+	b.ReportMetric(ratio, "x-raw-remote-time")
 }
 
 type countingActor struct{ c *countTo }

@@ -120,28 +120,22 @@ func BenchmarkServiceCallServerInterleaved(b *testing.B) {
 	p := present(b, c, 0)
 	echo := testkit.DialConnector(b, c.Node(0).Endpoints()[0], benchWait)
 	b.Cleanup(func() { _ = echo.Close() })
-	const block = 50
-	var calls, echoes time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		n := min(block, b.N-done)
-		start := time.Now()
+	ratio := alternate(b, 50, func(n int) {
 		for range n {
 			if _, err := p.info.Describe.Call(ctx, struct{}{}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		mid := time.Now()
+	}, func(n int) {
 		for range n {
 			if _, err := echo.RequestRaw(ctx, "echo", wire.CodecJSON, echoPayload); err != nil {
 				b.Fatal(err)
 			}
 		}
-		calls += mid.Sub(start)
-		echoes += time.Since(mid)
-	}
-	b.ReportMetric(float64(calls)/float64(echoes), "x-echo-time")
+	})
+	b.ReportMetric(ratio, "x-echo-time")
 }
 
 // BenchmarkServiceCallSessionInterleaved is the plugin-services issue's figure measured
@@ -178,28 +172,22 @@ func BenchmarkServiceCallSessionInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	payload := []byte(`{"msg":"hello mesh","n":12345678}`)
-	const block = 50
-	var calls, echoes time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		n := min(block, b.N-done)
-		start := time.Now()
+	ratio := alternate(b, 50, func(n int) {
 		for range n {
 			if _, err := p.counter.Add.Call(ctx, sampleapp.AddArgs{N: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		mid := time.Now()
+	}, func(n int) {
 		for range n {
 			if _, err := echo.RequestRaw(ctx, "room.echo", wire.CodecJSON, payload); err != nil {
 				b.Fatal(err)
 			}
 		}
-		calls += mid.Sub(start)
-		echoes += time.Since(mid)
-	}
-	b.ReportMetric(float64(calls)/float64(echoes), "x-bound-echo-time")
+	})
+	b.ReportMetric(ratio, "x-bound-echo-time")
 }
 
 // BenchmarkServiceCallLoopback: typed calls between two hosts of one process through a
