@@ -106,16 +106,7 @@ func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
 	c := boundClient(b, f, 1, "probe")
 	raw := &countTo{}
-	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
-		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
-			raw.hit()
-		}
-	}), "bench-raw")
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := proto.NewPID(f.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(f.Node(0).Mesh()).Root
+	root, target := rawCounter(b, f.Cluster, raw)
 	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -55,16 +55,7 @@ func BenchmarkRawRemoteSendRecordSized(b *testing.B) {
 func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 	c := meshtest.Start(b, 2, meshtest.Options{NoTap: true})
 	cnt := &countTo{}
-	pid, err := nodert.SystemOf(c.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
-		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
-			cnt.hit()
-		}
-	}), "bench-raw")
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(c.Node(0).Mesh()).Root
+	root, target := rawCounter(b, c, cnt)
 	cnt.arm(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -93,16 +84,7 @@ func BenchmarkActorSendCrossNodeInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	msg := &actor.Message{Name: "tick", ContentType: "application/octet-stream", Data: payload64}
-	pid, err := nodert.SystemOf(c.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
-		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
-			raw.hit()
-		}
-	}), "bench-raw")
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
-	root := nodert.SystemOf(c.Node(0).Mesh()).Root
+	root, target := rawCounter(b, c, raw)
 	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -122,6 +104,21 @@ func BenchmarkActorSendCrossNodeInterleaved(b *testing.B) {
 		testkit.Await(b, raw.done, benchWait, "every raw send to arrive")
 	})
 	b.ReportMetric(ratio, "x-raw-remote-time")
+}
+
+// rawCounter spawns a plain protoactor actor on node 1 of c that counts the envelopes
+// it receives into cnt, and returns node 0's root context and that actor's remote PID:
+// the raw remote send baseline's two ends.
+func rawCounter(b *testing.B, c *meshtest.Cluster, cnt *countTo) (*proto.RootContext, *proto.PID) {
+	pid, err := nodert.SystemOf(c.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
+		if _, ok := ctx.Message().(*meshpb.Envelope); ok {
+			cnt.hit()
+		}
+	}), "bench-raw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nodert.SystemOf(c.Node(0).Mesh()).Root, proto.NewPID(c.Node(1).Mesh().RemoteAddr(), pid.Id)
 }
 
 type countingActor struct{ c *countTo }
