@@ -40,6 +40,7 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if _, err := root.RequestFuture(target, msg, benchWait).Result(); err != nil {
 			b.Fatal(err)
@@ -66,6 +67,7 @@ func boundRequest(b *testing.B, actorNode int) {
 	payload := []byte(`{"msg":"hello mesh","n":12345678}`)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if _, err := c.RequestRaw(ctx, "room.echo", wire.CodecJSON, payload); err != nil {
 			b.Fatal(err)
@@ -188,6 +190,7 @@ func parallelCallers(b *testing.B, callers int, call func(caller int) error) {
 	errs := make(chan error, callers)
 	per, extra := b.N/callers, b.N%callers
 	b.ResetTimer()
+	cpu := cpuPerOp(b)
 	for c := range callers {
 		n := per
 		if c < extra {
@@ -204,6 +207,7 @@ func parallelCallers(b *testing.B, callers int, call func(caller int) error) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu()
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)

@@ -151,6 +151,7 @@ func pingPong(b *testing.B, addr string) {
 	b.SetBytes(int64(len(req)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuPerOp(b)
 	for i := 0; i < b.N; i++ {
 		keepDeadline(c, i)
 		if _, err := c.Write(req); err != nil {
@@ -161,6 +162,7 @@ func pingPong(b *testing.B, addr string) {
 		}
 	}
 	b.StopTimer()
+	cpu()
 	if buf[wire.PrefixSize+1] != byte(wire.KindResponse) {
 		b.Fatalf("reply kind %d", buf[wire.PrefixSize+1])
 	}
@@ -204,6 +206,7 @@ func parallelPingPong(b *testing.B, addr string, conns int) {
 	b.SetBytes(int64(len(req)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuPerOp(b)
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
 	per := b.N / conns
@@ -234,6 +237,7 @@ func parallelPingPong(b *testing.B, addr string, conns int) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu()
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)

@@ -107,6 +107,35 @@ type result struct {
 	nsPerOp, allocs float64
 	hasAllocs       bool
 	custom          map[string]float64 // b.ReportMetric units such as s/converge or pause-p99-ms
+	cpu             map[string]float64 // user-us/op, sys-us/op, ctxsw/op (the process's, per op)
+}
+
+// cpuUnits are the units of a benchmark's CPU accounting (cpuPerOp in test/bench).
+var cpuUnits = []string{"user-us/op", "sys-us/op", "ctxsw/op"}
+
+// cpuLine compares the CPU a benchmark spends per operation with what its baseline and
+// floor spend together: when the two are about equal, the ratio is at its ceiling for
+// this machine's system calls and thread wake-ups. Empty when one was not measured.
+func cpuLine(b, a, f result) string {
+	sum := func(r ...result) (v [3]float64, ok bool) {
+		for _, x := range r {
+			for i, u := range cpuUnits {
+				m, found := x.cpu[u]
+				if !found {
+					return v, false
+				}
+				v[i] += m
+			}
+		}
+		return v, true
+	}
+	mine, ok1 := sum(b)
+	theirs, ok2 := sum(a, f)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	return fmt.Sprintf("per op: %.0f µs user + %.0f µs system, %.2f context switches; baseline and floor together: %.0f + %.0f µs, %.2f",
+		mine[0], mine[1], mine[2], theirs[0], theirs[1], theirs[2])
 }
 
 // printMetrics lists the benchmarks that report a time of their own (convergence,
@@ -154,6 +183,11 @@ func main() {
 			case "allocs/op":
 				r.allocs, r.hasAllocs = v, true
 			case "B/op", "MB/s":
+			case "user-us/op", "sys-us/op", "ctxsw/op":
+				if r.cpu == nil {
+					r.cpu = map[string]float64{}
+				}
+				r.cpu[unit] = v
 			default:
 				if strings.HasPrefix(unit, "s/") || strings.HasPrefix(unit, "KiB-") || strings.HasPrefix(unit, "goroutines/") ||
 					strings.HasSuffix(unit, "-ms") || strings.HasPrefix(unit, "x-") {
@@ -202,6 +236,9 @@ func main() {
 			verdict += fmt.Sprintf("  (ceiling with a STREAM leg at the raw TCP floor: %.0f%%)", 100*a.nsPerOp/(a.nsPerOp+f.nsPerOp))
 		}
 		fmt.Printf("  %-62s  %5.1f%%  %s\n", p.label, ratio*100, strings.TrimSpace(verdict))
+		if line := cpuLine(b, a, results[p.floor]); p.floor != "" && line != "" {
+			fmt.Printf("  %-62s  %s\n", "", line)
+		}
 	}
 	if r, ok := results["ServerEchoRawClient"]; ok && r.hasAllocs {
 		verdict := "met"
