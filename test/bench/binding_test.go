@@ -91,6 +91,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 	done := f.Ev.TicksReach(f.Ev.Ticks() + int64(b.N))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if err := c.SendRaw(ctx, "room.tick", wire.CodecJSON, payload64[:2]); err != nil {
 			b.Fatal(err)

@@ -170,6 +170,7 @@ func BenchmarkRawTCPPipelined(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	raw.send(b, frame, b.N)
 }
 
@@ -306,6 +307,7 @@ func benchServerPipelined(b *testing.B, reuse bool) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if _, err := bw.Write(frame); err != nil {
 			b.Fatal(err)
@@ -336,6 +338,7 @@ func benchConnectorPipelined(b *testing.B, reuse bool) {
 	b.SetBytes(int64(len(echoPayload)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if err := c.SendRaw(ctx, "tick", wire.CodecJSON, echoPayload); err != nil {
 			b.Fatal(err)

@@ -59,6 +59,7 @@ func rawRemoteSend(b *testing.B, msg *meshpb.Envelope) {
 	cnt.arm(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		root.Send(target, msg)
 	}
@@ -160,6 +161,7 @@ func actorSendCrossNode(b *testing.B, byPointer bool) {
 	cnt.arm(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		if byPointer {
 			err = hosts[0].Send(ctx, to, send)
