@@ -89,6 +89,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 	c := boundClient(b, f, 1, "probe")
 	ctx := context.Background()
 	done := f.Ev.TicksReach(f.Ev.Ticks() + int64(b.N))
+	envelopes := f.Node(0).Records().FlowStats().Envelopes
 	b.ReportAllocs()
 	b.ResetTimer()
 	defer cpuPerOp(b)()
@@ -98,6 +99,9 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 		}
 	}
 	testkit.Await(b, done, benchWait, "the Actor to receive every relayed Send")
+	if n := f.Node(0).Records().FlowStats().Envelopes - envelopes; n > 0 {
+		b.ReportMetric(float64(b.N)/float64(n), "records/envelope")
+	}
 }
 
 // BenchmarkBoundRelaySendCrossNodeInterleaved measures the one-way relay against raw

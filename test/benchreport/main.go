@@ -115,9 +115,10 @@ var cpuUnits = []string{"user-us/op", "sys-us/op", "ctxsw/op"}
 
 // cpuShare compares the CPU time (user and system) a benchmark and its baseline spend
 // per operation, as a ratio like the throughput one. When both keep the machine's
-// cores busy (one-way floods), it is the same figure less the noise of a shared
-// machine: time stolen by other tenants stretches the wall clock, not the CPU time.
-// Empty when one of them was not measured.
+// cores busy (one-way floods), it is the same figure without one source of a shared
+// machine's noise: time stolen by other tenants stretches the wall clock, not the CPU
+// time (a baseline whose batching changes from run to run still moves both). Empty
+// when one of them was not measured.
 func cpuShare(b, a result) string {
 	cb, okB := cpuTotal(b)
 	ca, okA := cpuTotal(a)
