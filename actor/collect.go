@@ -66,7 +66,7 @@ func (h *Host) retire(a *activation) bool {
 	if cur, ok := h.acts[a.fence.ID]; !ok || cur != a {
 		return false
 	}
-	delete(h.acts, a.fence.ID)
+	h.leave(a)
 	return true
 }
 
@@ -83,6 +83,7 @@ type Stats struct {
 	Followed        int64 // records forwarded to an Actor that moved away (Message Follow)
 	Duplicates      int64 // second activations of one Actor the directory retired
 	DirectoryPulls  int64 // members this node asked for their activations (directory rebuilds)
+	StopWaits       int64 // activations that waited for an earlier one of their Actor here to stop (it moved away and back at once)
 	Quorum          bool  // this node sees a majority of the mesh (keep-majority)
 }
 
@@ -94,7 +95,7 @@ func (h *Host) Stats() Stats {
 	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
 		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
 		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
-		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), Quorum: h.quorum.has()}
+		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), Quorum: h.quorum.has()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {
@@ -149,6 +150,11 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	stopWaits, err := m.Int64ObservableCounter("meshnode.actor.stop_waits", metric.WithUnit("{actor}"),
+		metric.WithDescription("Activations that waited for an earlier activation of their Actor on this node to finish stopping (an Actor moved away and straight back)."))
+	if err != nil {
+		return err
+	}
 	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum", metric.WithUnit("1"),
 		metric.WithDescription("1 while this node sees a majority of the mesh and places Actors (keep-majority), 0 otherwise."))
 	if err != nil {
@@ -166,12 +172,13 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(movesRefused, s.MovesRefused)
 		o.ObserveInt64(followed, s.Followed)
 		o.ObserveInt64(duplicates, s.Duplicates)
+		o.ObserveInt64(stopWaits, s.StopWaits)
 		q := int64(0)
 		if s.Quorum {
 			q = 1
 		}
 		o.ObserveInt64(quorum, q)
 		return nil
-	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, quorum)
+	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, stopWaits, quorum)
 	return err
 }

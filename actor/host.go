@@ -88,6 +88,7 @@ type Host struct {
 	kinds     map[string]Kind
 	acts      map[string]*activation    // by ActorId
 	departing map[string]DirectoryEntry // moved away, target not committed yet
+	leaving   map[string]*activation    // by name: out of acts, process not stopped yet (see spawn)
 	closed    bool
 
 	unsubscribe func()
@@ -132,6 +133,7 @@ type Host struct {
 	followed     atomic.Int64
 	duplicates   atomic.Int64
 	dirPulls     atomic.Int64 // Stats.DirectoryPulls
+	stopWaits    atomic.Int64 // Stats.StopWaits
 	draining     atomic.Bool
 	failMu       sync.Mutex
 	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin
@@ -214,6 +216,8 @@ type activation struct {
 
 	ctx    context.Context // the Actors' turn context: cancelled when the activation stops
 	cancel context.CancelFunc
+	// gone is closed once its protoactor process has stopped and its name is free.
+	gone chan struct{}
 }
 
 // stop cancels the activation's context (a turn blocked on it returns) and stops it.
@@ -236,7 +240,7 @@ type ActiveActor struct {
 // lookups from other nodes and follows membership to give up Actors that placement
 // moves elsewhere.
 func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
-	h := &Host{node: node, system: nodert.SystemOf(node), pool: workpool.New(300), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, addrs: map[addrKey]*cachedAddr{},
+	h := &Host{node: node, system: nodert.SystemOf(node), pool: workpool.New(300), log: opts.Logger, kinds: map[string]Kind{}, acts: map[string]*activation{}, leaving: map[string]*activation{}, addrs: map[addrKey]*cachedAddr{},
 		maxMailbox: opts.MaxMailbox, maxMailboxBytes: opts.MaxMailboxBytes, idleTimeout: opts.IdleTimeout}
 	if h.log == nil {
 		h.log = node.Logger()
@@ -409,7 +413,7 @@ func (h *Host) activateLocal(kind, id string) (RouteFence, error) {
 	}
 	gen := mesh.NewGeneration()
 	self := h.node.ID()
-	a, err := h.spawn(k, RouteFence{
+	a, err := h.spawn(h.closing, k, RouteFence{
 		Ref:  Ref{ID: id, ObjectGeneration: gen},
 		Node: self,
 		// The authority owner generation of a fresh activation is its activation time
@@ -424,26 +428,71 @@ func (h *Host) activateLocal(kind, id string) (RouteFence, error) {
 	return a.fence, nil
 }
 
+// maxStopWait bounds how long an activation waits for an earlier activation of the
+// same Actor on this node to finish stopping (see spawn): half the time a move's
+// source waits for the target to restore the Actor, so that a target that gives up
+// still answers before its source does.
+const maxStopWait = movePrepareTimeout / 2
+
 // spawn starts an activation of kind k under fence with the Actor impl, and enters it
 // in the host's table; with arr it arrives by a move (dispatch closed until its
 // cutover). If id is already active here, that activation is returned (kind
 // permitting) and impl is dropped.
-func (h *Host) spawn(k Kind, fence RouteFence, impl Actor, arr *arrival) (*activation, error) {
+//
+// An Actor that moved away from this node and comes back keeps its activation name
+// (its ObjectGeneration), and the activation it left here may still be stopping
+// (forwarding what its mailbox held, or in its Actor's Stopping turn): protoactor
+// refuses a second process of that name until the first one has stopped. spawn waits
+// for it, bounded by ctx and maxStopWait.
+func (h *Host) spawn(ctx context.Context, k Kind, fence RouteFence, impl Actor, arr *arrival) (*activation, error) {
+	name := activationName(fence.Ref)
+	waited := false
+	for {
+		a, stopping, err := h.trySpawn(k, fence, impl, arr, name)
+		if stopping == nil {
+			return a, err
+		}
+		if !waited {
+			waited = true
+			h.stopWaits.Add(1)
+		}
+		wait := time.NewTimer(maxStopWait)
+		select {
+		case <-stopping.gone:
+			wait.Stop()
+		case <-wait.C:
+			return nil, fault.Errorf(fault.Unavailable, "actor: activate %s: its previous activation here has not stopped after %s", fence.ID, maxStopWait)
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, fault.Errorf(fault.DeadlineExceeded, "actor: activate %s: waiting for its previous activation here to stop: %w", fence.ID, ctx.Err())
+		case <-h.closing.Done():
+			wait.Stop()
+			return nil, ErrClosed
+		}
+	}
+}
+
+// trySpawn is one attempt of spawn; stopping, when not nil, is the earlier activation
+// that still holds the name.
+func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name string) (_ *activation, stopping *activation, _ error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if a, ok := h.acts[fence.ID]; ok {
 		if arr != nil {
-			return nil, fault.Errorf(fault.AlreadyExists, "actor: %s already has an activation here", fence.ID)
+			return nil, nil, fault.Errorf(fault.AlreadyExists, "actor: %s already has an activation here", fence.ID)
 		}
 		if a.kind != k.Name {
-			return nil, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, fence.ID, a.kind)
+			return nil, nil, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, fence.ID, a.kind)
 		}
-		return a, nil
+		return a, nil, nil
 	}
-	a := &activation{kind: k.Name, def: k, fence: fence}
+	if old, ok := h.leaving[name]; ok {
+		return nil, old, nil
+	}
+	a := &activation{kind: k.Name, def: k, fence: fence, gone: make(chan struct{})}
 	if arr != nil {
 		src := arr.m.Source
 		a.former = &src
@@ -460,14 +509,32 @@ func (h *Host) spawn(k Kind, fence RouteFence, impl Actor, arr *arrival) (*activ
 	},
 		proto.WithMailbox(func() proto.Mailbox { return activationMailbox{Mailbox: proto.Unbounded()(), h: h, a: a} }),
 		proto.WithDispatcher(h.pool))
-	pid, err := h.system.Root.SpawnNamed(props, activationName(fence.Ref))
+	pid, err := h.system.Root.SpawnNamed(props, name)
 	if err != nil {
 		a.cancel()
-		return nil, fmt.Errorf("actor: activate %s: %w", fence.ID, err)
+		return nil, nil, fmt.Errorf("actor: activate %s: %w", fence.ID, err)
 	}
 	a.pid = pid
 	h.acts[fence.ID] = a
-	return a, nil
+	return a, nil, nil
+}
+
+// leave moves a from the host's table to leaving, where it stays until its process
+// has stopped (stopped); under h.mu.
+func (h *Host) leave(a *activation) {
+	delete(h.acts, a.fence.ID)
+	h.leaving[activationName(a.fence.Ref)] = a
+}
+
+// stopped is the last thing an activation's process does: its name is free again.
+func (h *Host) stopped(a *activation) {
+	h.mu.Lock()
+	name := activationName(a.fence.Ref)
+	if h.leaving[name] == a {
+		delete(h.leaving, name)
+	}
+	h.mu.Unlock()
+	close(a.gone)
 }
 
 func (h *Host) local(id string) (*activation, bool) {
@@ -482,7 +549,7 @@ func (h *Host) Deactivate(id string) {
 	h.mu.Lock()
 	a, ok := h.acts[id]
 	if ok {
-		delete(h.acts, id)
+		h.leave(a)
 	}
 	h.mu.Unlock()
 	if ok {
@@ -660,7 +727,10 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.commitArrival(pctx, true, "")
 	case cutoverTimeout:
 		s.commitArrival(pctx, false, "timeout")
-	case *proto.Stopped, *proto.Restarting, *proto.ReceiveTimeout:
+	case *proto.Stopped:
+		// protoactor has taken the name out of its registry.
+		s.h.stopped(s.act)
+	case *proto.Restarting, *proto.ReceiveTimeout:
 	default:
 		if env, ok := m.(*meshpb.Envelope); ok && mesh.IsRun(env) {
 			s.receiveRun(pctx, env)

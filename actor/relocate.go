@@ -509,7 +509,7 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 		Target:      RouteFence{Ref: src.Ref, Node: self, AuthorityOwnerGeneration: mesh.NewGeneration(), OwnerLeaseGeneration: self.Generation},
 		Coordinator: MoveCoordinator{OwnerID: p.CoordinatorOwnerId, LeaseGeneration: src.Node.Generation, Node: src.Node, StoreVersion: p.StoreVersion}}
 	arr := &arrival{m: m, layers: p.Layers, restored: make(chan error, 1)}
-	a, err := h.spawn(k, m.Target, impl, arr)
+	a, err := h.spawn(ctx, k, m.Target, impl, arr)
 	if err != nil {
 		return fail(err)
 	}

@@ -46,6 +46,9 @@ type counter struct {
 	st    counterState
 	moved bool
 	block <-chan struct{}
+	// linger, when set, is what the Actor's Stopping turn waits for (an Actor that
+	// takes its time to stop).
+	linger <-chan struct{}
 }
 
 func (c *counter) Receive(ctx *actor.Context) {
@@ -58,37 +61,48 @@ func (c *counter) Receive(ctx *actor.Context) {
 		_ = ctx.Reply(&Count{N: c.st.N, Moved: c.moved})
 	case *Block:
 		<-c.block
+	case actor.Stopping:
+		if c.linger != nil {
+			<-c.linger
+		}
 	}
 }
 
 type relocCluster struct {
 	*meshtest.Cluster
-	block chan struct{}
+	block  chan struct{}
+	linger chan struct{} // the "lingering" kind's Stopping turns wait for it
 }
 
 func (c *relocCluster) host(i int) *actor.Host { return c.Node(i).Actors() }
 
 func startReloc(t *testing.T, n int) *relocCluster {
-	c := &relocCluster{block: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-c.block:
-		default:
-			close(c.block)
-		}
-	})
+	c := &relocCluster{block: make(chan struct{}), linger: make(chan struct{})}
 	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
 		cfg.Messages = counterMessages
 		cfg.Kinds = []actor.Kind{
 			{Name: "counter", New: func() actor.Actor { return &counter{block: c.block} },
 				State: func(a actor.Actor) any { return &a.(*counter).st }},
 			{Name: "fresh", New: func() actor.Actor { return &counter{block: c.block} }},
+			{Name: "lingering", New: func() actor.Actor { return &counter{block: c.block, linger: c.linger} },
+				State: func(a actor.Actor) any { return &a.(*counter).st }},
 		}
 		if i == 2 {
 			// Node 2 hosts only counters: a move of another kind there is refused.
 			cfg.Kinds = cfg.Kinds[:1]
 		}
 	}})
+	// Registered after the cluster's own clean-up, so it runs first: turns waiting on
+	// these channels end before the nodes stop.
+	t.Cleanup(func() {
+		for _, ch := range []chan struct{}{c.block, c.linger} {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+	})
 	return c
 }
 
@@ -172,6 +186,86 @@ func TestRelocation_StateMovesIdentityStays(t *testing.T) {
 	}
 	if s := c.host(src).Stats(); s.Moves != 1 {
 		t.Fatalf("source counted %d moves", s.Moves)
+	}
+}
+
+// An Actor moved away and straight back finds the activation it left on its first
+// node still stopping (here its Stopping turn takes its time, as one that flushes
+// something would); that activation still holds the Actor's name there, so the move
+// back waits for it to stop, then arrives with the state, instead of being refused.
+func TestRelocation_MovedBackWhileItsFormerActivationStillStops(t *testing.T) {
+	c := startReloc(t, 2)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "lingering", ID: "back-and-forth"}
+	home, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.host(0).Send(ctx, addr, &Add{N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID); err != nil {
+		t.Fatalf("move to node 1: %v", err)
+	}
+	// The activation left on node 0 is in its Stopping turn until linger closes.
+	back := make(chan error, 1)
+	go func() {
+		_, err := c.host(1).Relocate(ctx, addr.ID, c.Node(0).ID().RID)
+		back <- err
+	}()
+	if err := c.WaitUntil(wait, func() bool { return c.host(0).Stats().StopWaits == 1 }); err != nil {
+		select {
+		case err := <-back:
+			t.Fatalf("the move back ended without waiting for the former activation: %v", err)
+		default:
+		}
+		t.Fatalf("the move back never waited for the former activation: %v (stats %+v)", err, c.host(0).Stats())
+	}
+	close(c.linger)
+	if err := <-back; err != nil {
+		t.Fatalf("move back to node 0: %v", err)
+	}
+	f, err := c.host(1).Lookup(ctx, addr.Kind, addr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Node != c.Node(0).ID() || f.Ref != home.Ref {
+		t.Fatalf("after the move back the directory says %s, want %s on node 0", f, home.Ref)
+	}
+	if got := c.count(t, 1, addr); got.N != 7 || !got.Moved {
+		t.Fatalf("count after the move back %+v, want 7 and moved", got)
+	}
+	if n := c.activations(addr.ID); n != 1 {
+		t.Fatalf("%d activations after the move back", n)
+	}
+}
+
+// A former activation that does not stop in time (its Stopping turn never ends) makes
+// the move back fail with a clear error, within the move's bounds; the Actor stays
+// where it was, with its state.
+func TestRelocation_MoveBackRefusedWhileItsFormerActivationNeverStops(t *testing.T) {
+	c := startReloc(t, 2)
+	ctx := reqCtx(t)
+	addr := actor.Address{Kind: "lingering", ID: "stuck-behind"}
+	if _, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.host(0).Send(ctx, addr, &Add{N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	there, err := c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID)
+	if err != nil {
+		t.Fatalf("move to node 1: %v", err)
+	}
+	_, err = c.host(1).Relocate(ctx, addr.ID, c.Node(0).ID().RID)
+	if kind, _ := fault.Of(err); err == nil || kind != fault.Unavailable || !strings.Contains(err.Error(), "previous activation here has not stopped") {
+		t.Fatalf("move back while the former activation never stops: %v, want its refusal (unavailable)", err)
+	}
+	if f, err := c.host(0).Lookup(ctx, addr.Kind, addr.ID); err != nil || f != there {
+		t.Fatalf("after the refused move the directory says %s (%v), want %s", f, err, there)
+	}
+	if got := c.count(t, 0, addr); got.N != 3 {
+		t.Fatalf("count after the refused move %+v, want 3", got)
 	}
 }
 
