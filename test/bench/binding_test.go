@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -44,6 +45,44 @@ func BenchmarkRawRemoteRequest(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := root.RequestFuture(target, msg, benchWait).Result(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// signalProcess is a protoactor process that only signals each message it is sent: the
+// receiving end of BenchmarkRawRemotePingPong, with no mailbox and no future.
+type signalProcess struct{ got chan struct{} }
+
+func (p *signalProcess) SendUserMessage(*proto.PID, any)   { p.got <- struct{}{} }
+func (p *signalProcess) SendSystemMessage(*proto.PID, any) {}
+func (p *signalProcess) Stop(*proto.PID)                   {}
+
+// BenchmarkRawRemotePingPong is the cheapest cross-node round trip protoactor remote
+// offers, against which RawRemoteRequest's cost of a future shows: a one-way send to
+// the echo actor on node 1 carrying a sender, and the echo's one-way send back to a
+// process on node 0 that is no actor and no future (it only wakes the caller). A bound
+// request's cross-node leg is two one-way records like these.
+func BenchmarkRawRemotePingPong(b *testing.B) {
+	root, target := rawEchoTarget(b)
+	back := &signalProcess{got: make(chan struct{}, 1)}
+	sender, ok := root.ActorSystem().ProcessRegistry.Add(back, "bench-ping-back")
+	if !ok {
+		b.Fatal("the name bench-ping-back is taken")
+	}
+	defer root.ActorSystem().ProcessRegistry.Remove(sender)
+	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	wait := time.NewTimer(benchWait)
+	defer wait.Stop()
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer cpuPerOp(b)()
+	for i := 0; i < b.N; i++ {
+		wait.Reset(benchWait)
+		root.RequestWithCustomSender(target, msg, sender)
+		select {
+		case <-back.got:
+		case <-wait.C:
+			b.Fatal("no answer within the wait")
 		}
 	}
 }
