@@ -66,7 +66,7 @@ func (l latencies) p(q float64) time.Duration {
 }
 
 func (l latencies) String() string {
-	return fmt.Sprintf("%d requests, p50 %v, p99 %v, max %v, lost %d", len(l.samples), l.p(0.5), l.p(0.99), l.p(1), l.lost)
+	return fmt.Sprintf("%d requests, p50 %v, p99 %v, p99.9 %v, max %v, lost %d", len(l.samples), l.p(0.5), l.p(0.99), l.p(0.999), l.p(1), l.lost)
 }
 
 // wellBehaved sends Request name with a unique payload, one at a time, for d, and
