@@ -103,7 +103,7 @@ func TestAbuse_ClientsThatDoNotReadStallOnlyThemselves(t *testing.T) {
 			// The hostiles share this test process with the well-behaved client, which
 			// real attackers on other machines do not: 50 goroutines writing in a loop
 			// competed with its goroutine for a processor (its worst request took up to
-			// 660 ms, 45-90 ms once they yield). Yielding after each request rotates them.
+			// 660 ms, 70-90 ms once they yield). Yielding after each request rotates them.
 			runtime.Gosched()
 		}
 	})
