@@ -127,6 +127,25 @@ func (c *relocCluster) count(t *testing.T, from int, to actor.Target) Count {
 	return *v.(*Count)
 }
 
+// placeThenMove activates addr on node 0, adds n to it and moves it to node 1; it
+// returns its fence on node 0 and on node 1.
+func (c *relocCluster) placeThenMove(t *testing.T, addr actor.Address, n int) (home, there actor.RouteFence) {
+	t.Helper()
+	ctx := reqCtx(t)
+	home, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.host(0).Send(ctx, addr, &Add{N: n}); err != nil {
+		t.Fatal(err)
+	}
+	there, err = c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID)
+	if err != nil {
+		t.Fatalf("move to node 1: %v", err)
+	}
+	return home, there
+}
+
 // activations counts the live activations of id on every running node, asked of each.
 func (c *relocCluster) activations(id string) int {
 	n := 0
@@ -197,16 +216,7 @@ func TestRelocation_MovedBackWhileItsFormerActivationStillStops(t *testing.T) {
 	c := startReloc(t, 2)
 	ctx := reqCtx(t)
 	addr := actor.Address{Kind: "lingering", ID: "back-and-forth"}
-	home, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.host(0).Send(ctx, addr, &Add{N: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID); err != nil {
-		t.Fatalf("move to node 1: %v", err)
-	}
+	home, _ := c.placeThenMove(t, addr, 7)
 	// The activation left on node 0 is in its Stopping turn until linger closes.
 	back := make(chan error, 1)
 	go func() {
@@ -247,17 +257,8 @@ func TestRelocation_MoveBackRefusedWhileItsFormerActivationNeverStops(t *testing
 	c := startReloc(t, 2)
 	ctx := reqCtx(t)
 	addr := actor.Address{Kind: "lingering", ID: "stuck-behind"}
-	if _, err := c.host(0).LookupOn(ctx, addr.Kind, addr.ID, c.Node(0).ID().RID); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.host(0).Send(ctx, addr, &Add{N: 3}); err != nil {
-		t.Fatal(err)
-	}
-	there, err := c.host(0).Relocate(ctx, addr.ID, c.Node(1).ID().RID)
-	if err != nil {
-		t.Fatalf("move to node 1: %v", err)
-	}
-	_, err = c.host(1).Relocate(ctx, addr.ID, c.Node(0).ID().RID)
+	_, there := c.placeThenMove(t, addr, 3)
+	_, err := c.host(1).Relocate(ctx, addr.ID, c.Node(0).ID().RID)
 	if kind, _ := fault.Of(err); err == nil || kind != fault.Unavailable || !strings.Contains(err.Error(), "previous activation here has not stopped") {
 		t.Fatalf("move back while the former activation never stops: %v, want its refusal (unavailable)", err)
 	}

@@ -151,9 +151,7 @@ func BenchmarkBoundRelaySendCrossNode(b *testing.B) {
 func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
 	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
 	c := boundClient(b, f, 1, "probe")
-	raw := &countTo{}
-	root, target := rawCounter(b, f.Cluster, raw)
-	rawMsg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	rawSends := rawSendBlock(b, f.Cluster)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -165,13 +163,7 @@ func BenchmarkBoundRelaySendCrossNodeInterleaved(b *testing.B) {
 			}
 		}
 		testkit.Await(b, reached, benchWait, "the Actor to receive every relayed Send")
-	}, func(n int) {
-		raw.arm(n)
-		for range n {
-			root.Send(target, rawMsg)
-		}
-		testkit.Await(b, raw.done, benchWait, "every raw send to arrive")
-	})
+	}, rawSends)
 	b.ReportMetric(ratio, "x-raw-remote-time")
 }
 
