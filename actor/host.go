@@ -234,6 +234,8 @@ type ActiveActor struct {
 	// Arriving: it is arriving by a move that has not committed (its dispatch is
 	// closed; the Actor still serves on its source, or the move is being abandoned).
 	Arriving bool `json:"arriving,omitempty"`
+	// Moving: a move of it away from this node is under way (Relocate, a drain).
+	Moving bool `json:"moving,omitempty"`
 }
 
 // NewHost starts the Actor host of node: it receives record 24, serves directory
@@ -353,7 +355,7 @@ func (h *Host) Active() []ActiveActor {
 	h.mu.Lock()
 	out := make([]ActiveActor, 0, len(h.acts))
 	for id, a := range h.acts {
-		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load()})
+		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load(), Moving: a.moving.Load()})
 	}
 	h.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

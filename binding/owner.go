@@ -109,7 +109,7 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	if r.Result != wire.ResultOK {
-		op.done <- bindFailure(r)
+		op.done <- bindFailure(r, op.fence)
 		return
 	}
 	if r.BindOK == nil || r.BindOK.BindingGeneration != op.gen {
@@ -164,14 +164,16 @@ func followedTerminal(r *wire.Reply, op *pendingOp) bool {
 	return op.tombstone || (r.BindOK != nil && r.BindOK.BindingGeneration == op.gen)
 }
 
-func bindFailure(r *wire.Reply) error {
+func bindFailure(r *wire.Reply, f actor.RouteFence) error {
 	switch {
 	case r.Result == wire.ResultInvalidState:
-		return fault.Errorf(fault.InvalidOperation, "binding: the bind names an ObjectGeneration that is not the Actor's")
+		return fault.Errorf(fault.InvalidOperation, "binding: bind of %s: the Actor's ObjectGeneration is no longer %d", f.ID, f.ObjectGeneration)
 	case r.Failure == wire.FailureActorRouteNotFound:
-		return fault.Errorf(fault.NotFound, "binding: no such Actor at the route")
+		return fault.Errorf(fault.NotFound, "binding: bind of %s: no activation at %s", f.ID, f.Node)
+	case r.Failure == wire.FailureActorLocationStale:
+		return fmt.Errorf("%w: %s at %s", ErrLocationStale, f.ID, f.Node)
 	}
-	return fault.Errorf(fault.Unavailable, "binding: bind refused: %s / %s", r.Result, r.Failure)
+	return fault.Errorf(fault.Unavailable, "binding: bind of %s refused: %s / %s", f.ID, r.Result, r.Failure)
 }
 
 // onPush handles a 36 from an Actor owner: accepted only when the source Actor's

@@ -487,8 +487,8 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 	s := b.Session(peer)
 	var err error
 	// Up to three looks: the cached route, the directory's entry, and the directory's
-	// entry once more after it checked the one that named no activation (each failed
-	// fence goes with the next look-up, and the holder replaces it if it is stale).
+	// entry once more after it checked the one that failed (each failed fence goes with
+	// the next look-up, and the holder replaces it if it is stale).
 	for attempt := 0; attempt < 3; attempt++ {
 		var f actor.RouteFence
 		// A cached route saves a directory look-up (and its future) per bind; a stale
@@ -497,7 +497,10 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 			return Binding{}, err
 		}
 		var bd Binding
-		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) {
+		// A route that names no activation (NotFound) or a location the Actor has left
+		// (it moved away and back: the activation is there under a newer authority) is
+		// dropped at once, and the directory asked.
+		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) && !errors.Is(err, ErrLocationStale) {
 			return bd, err
 		}
 		b.actors.ForgetStale(to, f)

@@ -1,0 +1,109 @@
+package binding_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/test/fleet"
+)
+
+// Issue 25, item 1: an Actor bound from a session on node 2 moves 1 → 2 → 1. Node 2
+// cached the Actor's first location; a later bind from node 2 must not be refused as
+// stale (conflict / actorLocationStale) but correct the route at once and succeed.
+// Three nodes, so that the directory holder of the id is not always one of the two.
+
+// moveAwayAndBack moves the Actor id from node 1 to node 2 and back.
+func moveAwayAndBack(t *testing.T, f *fleet.Fleet, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for _, to := range []int{2, 1} {
+		if _, err := f.Actors(to).Relocate(ctx, id, f.Node(to).ID().RID); err != nil {
+			t.Fatalf("relocate %s to node %d: %v", id, to, err)
+		}
+	}
+}
+
+func TestIssue25_BindAfterMoveAwayAndBack_SessionOpenDuringMoves(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "room-")
+	c := f.Connect(t, 2)
+	mustBind(t, c, id, "room")
+	echo(t, c)
+	moveAwayAndBack(t, f, id)
+	if got := echo(t, c); got.Node != f.Node(1).ID().RID || got.Served != 2 {
+		t.Fatalf("echo of the session kept through the moves %+v", got)
+	}
+	// A second session on node 2 binds the Actor (replacing the first).
+	c2 := f.Connect(t, 2)
+	mustBind(t, c2, id, "room")
+	if got := echo(t, c2); got.Node != f.Node(1).ID().RID || got.Served != 3 {
+		t.Fatalf("echo after the new bind %+v, want served 3 on node 1", got)
+	}
+}
+
+func TestIssue25_BindAfterMoveAwayAndBack_NoSessionDuringMoves(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "room-")
+	c := f.Dial(t, 2)
+	mustBind(t, c, id, "room")
+	echo(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the closed session's binding state is gone", func() bool { return f.Binder(2).Stats().Sessions == 0 })
+	moveAwayAndBack(t, f, id)
+	c2 := f.Connect(t, 2)
+	mustBind(t, c2, id, "room")
+	if got := echo(t, c2); got.Node != f.Node(1).ID().RID || got.Served != 2 {
+		t.Fatalf("echo after binding again %+v, want served 2 on node 1", got)
+	}
+}
+
+// moving reports whether a move of id away from node i is under way.
+func moving(f *fleet.Fleet, i int, id string) bool {
+	for _, a := range f.Actors(i).Active() {
+		if a.ID == id {
+			return a.Moving
+		}
+	}
+	return false
+}
+
+// Issue 25, item 1 (related): a relocation that starts while the Actor's bound session
+// is closing does not wait out the seal timeout for a session that is gone: the session
+// owner answers the seal at once (nothing to hold), and the session's tombstone, queued
+// behind the move, follows the Actor and ends the binding on the target. The Actor's
+// turn is held so that the move is queued before the tombstone: the seal reaches the
+// session owner after the session is gone.
+func TestIssue25_SealTowardAClosedSessionCompletesAtOnce(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{})
+	id := f.IDOn(t, "probe", 1, "gone-")
+	c := f.Dial(t, 2)
+	mustBind(t, c, id, "probe")
+	f.Ev.Hold()
+	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the probe's turn is held", func() bool { return f.Ev.Count(id, "relayed:room.sleep") == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	moved := make(chan error, 1)
+	go func() {
+		_, err := f.Actors(1).Relocate(ctx, id, f.Node(0).ID().RID)
+		moved <- err
+	}()
+	eventually(t, "the move is queued behind the held turn", func() bool { return moving(f, 1, id) })
+	_ = c.Close()
+	eventually(t, "the session is gone from its node", func() bool { return f.Binder(2).Stats().Sessions == 0 })
+	start := time.Now()
+	f.Ev.Wake()
+	if err := <-moved; err != nil {
+		t.Fatalf("move toward a closed session: %v (after %v)", err, time.Since(start))
+	}
+	eventually(t, "the tombstone ended the binding on the target", func() bool { return f.Ev.Count(id, "ended") == 1 })
+	if n := f.Ev.Count(id, "bound"); n != 1 {
+		t.Fatalf("bound %d times", n)
+	}
+}
