@@ -706,10 +706,10 @@ func (s *shell) Receive(pctx proto.Context) {
 			s.arrive()
 			return
 		}
-		s.deliver(Started{}, nil, nil)
+		s.deliver(&Started{}, nil, nil)
 	case *proto.Stopping:
 		if s.arrival == nil {
-			s.deliver(Stopping{}, nil, nil)
+			s.deliver(&Stopping{}, nil, nil)
 			if fn := s.h.stopHook(); fn != nil {
 				t := &s.turn
 				s.guard(func() { fn(t) })

@@ -117,7 +117,7 @@ func (m *messageTypes) typeOf(v any) (MessageType, bool) {
 // normalize returns v as the *T a receiver gets.
 func normalize(v any) any {
 	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer {
+	if !rv.IsValid() || rv.Kind() == reflect.Pointer {
 		return v
 	}
 	p := reflect.New(rv.Type())

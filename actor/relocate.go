@@ -598,7 +598,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 	}
 	s.act.arriving.Store(false)
 	close(s.act.arrived)
-	s.deliver(Started{Moved: true}, nil, nil)
+	s.deliver(&Started{Moved: true}, nil, nil)
 	pending := s.held
 	s.held = nil
 	for _, msg := range pending {

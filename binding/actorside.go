@@ -86,7 +86,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 		if cur != nil && cur.owner == from && cur.sessionRid == body.SessionRID && cur.gen == body.Binding.Generation {
 			// The notice runs while the binding is still current, so it may push a last
 			// word to a session that stays connected (NotifyDisconnected); then it ends.
-			t.Deliver(actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
+			t.Deliver(&actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
 			if st.current == cur {
 				st.current = nil
 				t.KeepActive(false)
@@ -110,7 +110,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	t.KeepActive(true)
 	reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
 		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
-	t.Deliver(actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
+	t.Deliver(&actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
 	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
 		// A binding that arrived with a relocation not committed yet: its session owner
 		// still routes to the source and would refuse the 51 from here; it follows the

@@ -16,7 +16,7 @@
 // Every node started by meshnode.Start runs a Binder (Node.Binder); New starts one on
 // a bare mesh node and Actor host. A session handler binds its session with
 // Binder.Bind(ctx, peer, actor.Address{...}) and relays packets to the bound Actor
-// with Binder.Relay. The Actor receives actor.SessionBound, the relayed packets as
+// with Binder.Relay. The Actor receives *actor.SessionBound, the relayed packets as
 // *actor.SessionPacket (a Request is answered with actor.Context.Reply) and
-// actor.SessionEnded, and reaches its session with actor.Context.Push.
+// *actor.SessionEnded, and reaches its session with actor.Context.Push.
 package binding

@@ -2,9 +2,15 @@ package binding_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
@@ -105,5 +111,82 @@ func TestIssue25_SealTowardAClosedSessionCompletesAtOnce(t *testing.T) {
 	eventually(t, "the tombstone ended the binding on the target", func() bool { return f.Ev.Count(id, "ended") == 1 })
 	if n := f.Ev.Count(id, "bound"); n != 1 {
 		t.Fatalf("bound %d times", n)
+	}
+}
+
+// typeNote is a registered message the types Actor is sent by value.
+type typeNote struct{ Post bool }
+
+// posted is what the types Actor posts to itself by value (Context.Poster).
+type posted struct{}
+
+// typesSeen records the Go type of every message the "types" Actors receive.
+type typesSeen struct {
+	mu  sync.Mutex
+	got []string
+}
+
+// of lists what the Actor id received.
+func (s *typesSeen) of(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, g := range s.got {
+		if typ, ok := strings.CutPrefix(g, id+" "); ok {
+			out = append(out, typ)
+		}
+	}
+	return out
+}
+
+type typesActor struct{ seen *typesSeen }
+
+func (a *typesActor) Receive(ctx *actor.Context) {
+	a.seen.mu.Lock()
+	a.seen.got = append(a.seen.got, fmt.Sprintf("%s %T", ctx.Self().ID, ctx.Message()))
+	a.seen.mu.Unlock()
+	if m, ok := ctx.Message().(*typeNote); ok && m.Post {
+		ctx.Poster()(posted{})
+	}
+}
+
+// Issue 25, item 8: every message an Actor receives is a pointer, whatever its origin
+// (the framework's own messages, a registered type sent by value from this node or
+// another, a value posted to itself, a relayed packet), so one form of type switch
+// matches them all.
+func TestIssue25_EveryMessageArrivesAsAPointer(t *testing.T) {
+	seen := &typesSeen{}
+	f := fleet.Start(t, 2, fleet.Options{Config: func(cfg *meshnode.Config) {
+		cfg.Messages = append(cfg.Messages, actor.MessageOf[typeNote]("test.typenote"))
+		cfg.Kinds = append(cfg.Kinds, actor.Kind{Name: "types", New: func() actor.Actor { return &typesActor{seen: seen} }})
+	}})
+	id := f.IDOn(t, "types", 1, "types-")
+	to := actor.Address{Kind: "types", ID: id}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := f.Actors(0).Send(ctx, to, typeNote{}); err != nil { // from another node
+		t.Fatal(err)
+	}
+	if err := f.Actors(1).Send(ctx, to, typeNote{Post: true}); err != nil { // from its own node
+		t.Fatal(err)
+	}
+	c := f.Dial(t, 0)
+	mustBind(t, c, id, "types")
+	if err := c.Send(ctx, "room.x", map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	eventually(t, "the binding ended", func() bool { return slices.Contains(seen.of(id), "*actor.SessionEnded") })
+	if _, err := f.Actors(1).Relocate(ctx, id, f.Node(0).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"*actor.Started", "*binding_test.typeNote", "*binding_test.typeNote", "*binding_test.posted",
+		"*actor.SessionBound", "*actor.SessionPacket", "*actor.SessionEnded", "*actor.Stopping", "*actor.Started"}
+	eventually(t, "every message seen", func() bool { return len(seen.of(id)) >= len(want) })
+	got := seen.of(id)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the types Actor received %v, want %v", got, want)
 	}
 }
