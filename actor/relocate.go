@@ -147,6 +147,14 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 		return RouteFence{}, c.err
 	}
 
+	if size := len(c.state) + len(c.layers); size > mesh.MaxRecordPayload {
+		// Sent, it would break the stream to the target and lose what else is on it.
+		h.abortMove(a, m)
+		a.moving.Store(false)
+		return RouteFence{}, fmt.Errorf("actor: move of %s to %s: its captured state is %d bytes: %w (limit %d)",
+			a.fence.Ref, to.ID.RID, size, mesh.ErrRecordTooLarge, mesh.MaxRecordPayload)
+	}
+
 	// 2. Prepare: the target restores without dispatch and answers relay-ready.
 	crc := crc32.Update(crc32.Checksum(c.state, castagnoli), castagnoli, c.layers)
 	pctx, cancel := context.WithTimeout(ctx, movePrepareTimeout)

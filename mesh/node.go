@@ -240,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			experimental.WithBufferPool(&grpcBuffers),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcCodec)),
 		),
-		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 			experimental.BufferPool(&grpcBuffers), grpc.ForceServerCodecV2(grpcCodec)),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a

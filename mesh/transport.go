@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/protoactor/remote"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
@@ -24,7 +25,30 @@ const recordsActorName = "$records"
 var (
 	// ErrStopped: this node is shutting down (kind ShuttingDown).
 	ErrStopped = fault.New(fault.ShuttingDown, "mesh: node stopped")
+	// ErrRecordTooLarge: a record's payload is over MaxRecordPayload (kind
+	// CapacityExceeded). Nothing was sent.
+	ErrRecordTooLarge = fault.New(fault.CapacityExceeded, "mesh: record payload over the limit between nodes")
 )
+
+// MaxRecordPayload bounds the payload of one record between nodes (an Actor message,
+// a relayed packet, a push, a reply) and the state a move carries. A larger one is
+// refused with ErrRecordTooLarge when it is sent, instead of reaching the peer's gRPC
+// server over its message limit (grpcMaxMessage), which breaks the stream and loses
+// every other record on it.
+const MaxRecordPayload = 4 << 20
+
+// grpcMaxMessage is what a node's gRPC server accepts in one message: a record at
+// MaxRecordPayload with its envelope, or a batch of smaller ones (the endpoint writer
+// splits its batches at remote.MaxBatchBytes, which is MaxRecordPayload).
+const grpcMaxMessage = max(MaxRecordPayload, remote.MaxBatchBytes) + 1<<20
+
+// checkPayload refuses a record whose payload is over MaxRecordPayload.
+func checkPayload(rec *wire.Record) error {
+	if p := rec.Payload; p != nil && len(p.Data) > MaxRecordPayload {
+		return fmt.Errorf("%w: record %s with %d payload bytes (limit %d)", ErrRecordTooLarge, rec.Command(), len(p.Data), MaxRecordPayload)
+	}
+	return nil
+}
 
 // Drop reasons of zlink.mesh_node.messages.dropped (digest §10).
 const (
@@ -270,6 +294,9 @@ func (n *Node) trySend(to NodeID, rec *wire.Record) error {
 func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, maxWait time.Duration) error {
 	if n.stopping.Load() {
 		return ErrStopped
+	}
+	if err := checkPayload(rec); err != nil {
+		return err
 	}
 	mem := n.members.liveMember(to)
 	if mem == nil {
