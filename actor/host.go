@@ -815,7 +815,7 @@ func (s *shell) dispatch(pctx proto.Context, msg any) {
 	case *delivery:
 		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
-		s.deliver(m.msg, m.from, localReply(m.request))
+		s.deliver(m.msg, m.from, s.h.localReply(m.request))
 	case *remoteSend:
 		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
@@ -848,13 +848,19 @@ func (s *shell) dispatch(pctx proto.Context, msg any) {
 }
 
 // localReply returns the reply function of a request from this node: it completes the
-// requester's call in-process.
-func localReply(req *requestInfo) func(v any, err error) error {
+// requester's call in-process. A value is checked as a reply to another node would be
+// (its type must be registered), so that Reply behaves the same wherever the requester
+// is: a reply that cannot be sent fails the requester with that error, at once.
+func (h *Host) localReply(req *requestInfo) func(v any, err error) error {
 	if req == nil {
 		return nil
 	}
 	return func(v any, err error) error {
-		if v != nil {
+		if v != nil && err == nil {
+			if cerr := h.checkReply(v); cerr != nil {
+				req.local.complete(nil, cerr)
+				return cerr
+			}
 			if _, raw := v.(*Message); !raw {
 				v = normalize(v)
 			}

@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/codes"
 
@@ -258,7 +259,16 @@ func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64
 	} else {
 		data = encodeReply(seq, kind, payload)
 	}
-	return b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), data)
+	err := b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), data)
+	if errors.Is(err, mesh.ErrRecordTooLarge) {
+		// The client gets why at once instead of waiting out its relay timeout.
+		err = fault.Errorf(fault.CapacityExceeded, "binding: reply of %d bytes: %w", len(payload), err)
+		data = encodeReply(seq, swire.KindError, codec.EncodeErrorPayload(fault.Code(err), err.Error()))
+		if serr := b.send36(t, relayedOn, relayedOn.gen, replyPacketName, codec.ContentTypeJSON, data); serr != nil {
+			b.log.Debug("binding: error reply not sent", "to", relayedOn.owner.String(), "err", serr)
+		}
+	}
+	return err
 }
 
 func (b *Binder) send36(t *actor.Turn, cur *actorBinding, gen uint64, name, ct string, data []byte) error {

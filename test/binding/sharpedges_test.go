@@ -2,6 +2,7 @@ package binding_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
@@ -188,5 +191,54 @@ func TestIssue25_EveryMessageArrivesAsAPointer(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("the types Actor received %v, want %v", got, want)
+	}
+}
+
+// badRoom answers relayed Requests with replies that cannot be delivered, and reports
+// what Reply returned.
+type badRoom struct{ replied chan error }
+
+func (b *badRoom) Receive(ctx *actor.Context) {
+	p, ok := ctx.Message().(*actor.SessionPacket)
+	if !ok || !p.Request {
+		return
+	}
+	switch p.Name {
+	case "room.unencodable":
+		b.replied <- ctx.Reply(map[string]any{"f": func() {}}) // JSON cannot encode a func
+	case "room.huge":
+		b.replied <- ctx.Reply(make([]byte, mesh.MaxRecordPayload+1))
+	}
+}
+
+// Issue 25, item 2, the session-relay path: a reply to a relayed Request that cannot be
+// encoded or delivered fails the client's request at once with a typed error (not at
+// its relay timeout), and Reply returns it, on the Actor's node as on another.
+func TestIssue25_RelayedReplyThatCannotBeDeliveredFailsAtOnce(t *testing.T) {
+	replied := make(chan error, 1)
+	f := fleet.Start(t, 2, fleet.Options{Config: func(cfg *meshnode.Config) {
+		cfg.Kinds = append(cfg.Kinds, actor.Kind{Name: "badroom", New: func() actor.Actor { return &badRoom{replied: replied} }})
+	}})
+	for _, where := range []int{0, 1} {
+		id := f.IDOn(t, "badroom", where, "bad-")
+		c := f.Connect(t, 0)
+		mustBind(t, c, id, "badroom")
+		for _, tc := range []struct {
+			name string
+			want fault.Kind
+		}{{"room.unencodable", fault.InvalidOperation}, {"room.huge", fault.CapacityExceeded}} {
+			start := time.Now()
+			err := request(t, c, tc.name, map[string]int{}, nil)
+			took := time.Since(start)
+			if code := remoteCode(err); code != tc.want.Code() {
+				t.Errorf("%s on node %d: client got %v, want code %s", tc.name, where, err, tc.want.Code())
+			}
+			if took > time.Second {
+				t.Errorf("%s on node %d: the client waited %v", tc.name, where, took)
+			}
+			if rerr := <-replied; !errors.Is(rerr, tc.want) {
+				t.Errorf("%s on node %d: Reply returned %v, want %v", tc.name, where, rerr, tc.want)
+			}
+		}
 	}
 }
