@@ -29,6 +29,7 @@ import (
 var (
 	// ErrNotBound: push, close or relay without a current binding (session-not-bound,
 	// kind InvalidOperation; retryable after a bind). The same value as actor.ErrNotBound.
+	// A relay's error names what the session is (not) bound to.
 	ErrNotBound = actor.ErrNotBound
 	// ErrSessionClosing: the session is closing (replaced or disconnected).
 	ErrSessionClosing = fault.New(fault.ShuttingDown, "binding: session closing")
@@ -36,6 +37,10 @@ var (
 	ErrTimeout = fault.New(fault.DeadlineExceeded, "binding: bind timed out")
 	// ErrTooManyBindings: the session is at its bindings bound (MaxBindingsPerSession).
 	ErrTooManyBindings = fault.New(fault.CapacityExceeded, "binding: too many bindings for one session")
+	// ErrBindingLost: a relay to an Actor whose binding of this session ended without
+	// the session asking (its node failed or left the mesh, the Actor stopped): kind
+	// Unavailable, retryable by binding again. The message names the Actor and why.
+	ErrBindingLost = fault.New(fault.Unavailable, "binding: the binding ended")
 	// ErrLocationStale: the bind named a location of the Actor that is no longer its
 	// authority (conflict / actorLocationStale: it moved away and back, say). Binder.Bind
 	// drops the cached route and looks the Actor up again; Session.Bind, which is given a

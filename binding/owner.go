@@ -243,7 +243,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		s.credited(body.ExpectedBindingGeneration, binary.BigEndian.Uint64(p.Data))
 	case unboundPacketName:
 		// The Actor stopped: this binding ended with it.
-		s.dropBinding(actorID, bd.gen)
+		s.dropBinding(actorID, bd.gen, endActorStopped, "")
 		b.forget(bd.gen)
 		s.failRequests(bd.gen, "the bound Actor stopped")
 	case closePacketName:
@@ -319,7 +319,7 @@ func (s *Session) replaced(actorID string, gen uint64) {
 	timeout := s.b.opts.ReplacementCallbackTimeout
 	done := make(chan struct{})
 	force := time.AfterFunc(timeout, func() {
-		_ = peer.Close(swire.CloseServerDrain, "binding replaced; replacement callback timed out")
+		_ = peer.Close(swire.CloseServerDrain, swire.DiagnosticReplaced+" by another session; replacement callback timed out")
 	})
 	err := peer.Submit(func(ctx context.Context) {
 		defer close(done)
@@ -348,7 +348,7 @@ func (s *Session) replaced(actorID string, gen uint64) {
 			still := s.closing && !s.closed
 			s.mu.Unlock()
 			if still {
-				_ = peer.Close(swire.CloseServerDrain, "binding replaced by another session")
+				_ = peer.Close(swire.CloseServerDrain, swire.DiagnosticReplaced+" by another session")
 			}
 		})
 	}()
@@ -379,7 +379,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 	for _, op := range ops {
 		op.done <- fault.Errorf(fault.Unavailable, "binding: node %s %s", gone, ev.Type)
 	}
-	why := "the node of the bound Actor " + ev.Type.String()
+	why := "the node of the bound Actor (" + gone.RID + ") " + ev.Type.String()
 	failed := 0
 	for _, s := range sessions {
 		s.mu.Lock()
@@ -387,7 +387,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 		for id, bd := range s.binds {
 			if bd.fence.Node == gone {
 				gens = append(gens, bd.gen)
-				s.removeBound(id, bd.gen)
+				s.endBound(id, bd.gen, endNodeFailed, why)
 			}
 		}
 		pkts := s.takeRequests(func(pr pendingRequest) bool { return pr.node == gone })

@@ -14,6 +14,8 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/session/connector"
+	swire "github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/test/fleet"
 )
 
@@ -240,5 +242,87 @@ func TestIssue25_RelayedReplyThatCannotBeDeliveredFailsAtOnce(t *testing.T) {
 				t.Errorf("%s on node %d: Reply returned %v, want %v", tc.name, where, rerr, tc.want)
 			}
 		}
+	}
+}
+
+// dialWith connects a connector with opts to node i; it closes with the test.
+func dialWith(t *testing.T, f *fleet.Fleet, i int, opts connector.Options) *connector.Connector {
+	t.Helper()
+	c, err := connector.New(f.Node(i).Endpoints()[0], opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Issue 25, item 6: a client whose binding another session took over can tell it from
+// a server drain (both close with ServerDrain): OnDrop is told the drop after the
+// sample's room.replaced push, CloseError.Replaced says which, and with
+// NotAfterReplaced the connector stays Disconnected instead of reconnecting into an
+// unbound session. A drained server's drop is not a replacement.
+func TestIssue25_ConnectorTellsReplacementFromDrain(t *testing.T) {
+	f := fleet.Start(t, 2, fleet.Options{})
+	id := f.IDOn(t, "room", 1, "room-")
+	events := make(chan string, 4)
+	opts := connector.Options{
+		Heartbeat: connector.HeartbeatOptions{Disabled: true},
+		Reconnect: connector.ReconnectPolicy{NotAfterReplaced: true, InitialDelay: 10 * time.Millisecond},
+		OnDrop:    func(ce *connector.CloseError) { events <- fmt.Sprintf("drop replaced=%v", ce.Replaced()) },
+	}
+	old := dialWith(t, f, 0, opts)
+	old.Handle("room.replaced", func(connector.Message) { events <- "room.replaced" })
+	mustBind(t, old, id, "room")
+	nu := f.Connect(t, 1)
+	mustBind(t, nu, id, "room")
+	for _, want := range []string{"room.replaced", "drop replaced=true"} {
+		select {
+		case got := <-events:
+			if got != want {
+				t.Fatalf("the replaced client saw %q, want %q", got, want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("the replaced client never saw %q", want)
+		}
+	}
+	if st := old.State(); st != connector.StateDisconnected {
+		t.Fatalf("the replaced client is %v, want Disconnected (no reconnect)", st)
+	}
+	if d := old.LastDrop(); d == nil || d.Reason != swire.CloseServerDrain || !d.Replaced() {
+		t.Fatalf("LastDrop %v", d)
+	}
+
+	// A drain is ServerDrain too, but not a replacement: the connector reconnects.
+	reconnecting := make(chan struct{}, 1)
+	opts.OnStateChange = func(s connector.State) {
+		if s == connector.StateReconnecting {
+			reconnecting <- struct{}{}
+		}
+	}
+	drained := dialWith(t, f, 0, opts)
+	mustBind(t, drained, f.IDOn(t, "room", 0, "other-"), "room")
+	if err := f.Node(0).Stream().Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-events:
+		if got != "drop replaced=false" {
+			t.Fatalf("the drained client saw %q", got)
+		}
+	case <-time.After(wait):
+		t.Fatal("the drained client was not told its drop")
+	}
+	if d := drained.LastDrop(); d == nil || d.Reason != swire.CloseServerDrain || d.Replaced() {
+		t.Fatalf("LastDrop after a drain %v", d)
+	}
+	select {
+	case <-reconnecting:
+	case <-time.After(wait):
+		t.Fatal("the drained client did not try to reconnect")
 	}
 }
