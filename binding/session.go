@@ -317,9 +317,9 @@ func (s *Session) dropBinding(actorID string, gen uint64, why endCause, detail s
 type endCause uint8
 
 const (
-	endUnbound     endCause = iota + 1 // the session unbound it
-	endActorStopped                    // the Actor stopped (its node shut down, it was collected)
-	endNodeFailed                      // the Actor's node failed or left the mesh
+	endUnbound      endCause = iota + 1 // the session unbound it
+	endActorStopped                     // the Actor stopped (its node shut down, it was collected)
+	endNodeFailed                       // the Actor's node failed or left the mesh
 )
 
 // endedBinding is one binding that ended, and why.
