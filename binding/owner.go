@@ -188,6 +188,13 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 	s := b.byGen[body.ExpectedBindingGeneration]
 	b.mu.Unlock()
 	if s == nil {
+		if g := body.ExpectedBindingGeneration; g != 0 && g <= b.nextGen.Load() {
+			// A binding of this lifecycle that ended (its session closed, unbound, was
+			// replaced) while the Actor's pushes were on their way: expected, counted.
+			b.drops.stalePush.Add(1)
+			b.node.Records().DropExpected(from, "push for a binding that ended")
+			return
+		}
 		b.rejected(&b.drops.stalePush, from, "push for a binding generation that is not current")
 		return
 	}

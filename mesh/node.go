@@ -138,6 +138,7 @@ type Node struct {
 	recordsView    Records
 	unsubFlow      func()
 	deadLetters    *eventstream.Subscription
+	endpointEvents *eventstream.Subscription // protoactor endpoint writers: connections lost
 	undeliverable  atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
 }
 
@@ -194,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
-	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions}, "", 0)
+	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping}, "", 0)
 	nt, err := gossipnet.New([]string{cfg.BindHost}, cfg.MeshPort, mlLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
@@ -259,6 +260,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: remote: %w", err)
 	}
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
+	n.endpointEvents = n.system.EventStream.Subscribe(n.onEndpointEvent)
 	recordsProps := actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} },
 		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }),
 		actor.WithDispatcher(n.pool))
@@ -474,6 +476,9 @@ func (n *Node) shutdownTransport() {
 	n.metrics.unregister()
 	if n.deadLetters != nil {
 		n.system.EventStream.Unsubscribe(n.deadLetters)
+	}
+	if n.endpointEvents != nil {
+		n.system.EventStream.Unsubscribe(n.endpointEvents)
 	}
 	n.remote.Shutdown(false)
 	n.system.Shutdown()

@@ -164,7 +164,8 @@ func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec
 	from = NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	to := NodeID{RID: env.ToRid, Generation: env.ToGeneration}
 	if n.stopping.Load() {
-		n.drop(DropShutdown, from, "node shutting down", nil)
+		// This node chose to stop: what still arrives is expected, counted, not a fault.
+		n.dropExpected(DropShutdown, from, "node shutting down")
 		return from, nil, false
 	}
 	if to.RID != n.id.RID || to.Generation != n.id.Generation {
@@ -202,6 +203,42 @@ func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec
 // dropStale: see Records.DropStale.
 func (n *Node) dropStale(from NodeID, detail string) {
 	n.drop(DropStaleTarget, from, detail, nil)
+}
+
+// dropExpected counts a drop that is the expected end of a race (a record that crossed
+// a close or a shutdown) and logs it at debug level only.
+func (n *Node) dropExpected(reason string, from NodeID, detail string) {
+	n.metrics.dropped(reason)
+	n.log.Debug("mesh: record dropped", "reason", reason, "from", from.String(), "detail", detail)
+}
+
+// connectionLossGrace is how long after losing the connection to a peer the mesh
+// waits before it calls the loss a fault: a peer that leaves closes it, and so does
+// one that dies, which membership reports within its failure detection (about 2 s
+// with the LAN timing).
+const connectionLossGrace = 5 * time.Second
+
+// onEndpointEvent watches protoactor's endpoint writers, which log a lost stream at
+// debug level only (protoactor patch 12): a leave closes the stream too, and membership
+// reports a peer that leaves or dies. A stream lost to a member that is still the same
+// live lifecycle connectionLossGrace later is a fault (a network fault, a broken
+// stream): records on it may have been lost, and that is logged at warning level.
+func (n *Node) onEndpointEvent(evt any) {
+	ev, ok := evt.(*remote.EndpointTerminatedEvent)
+	if !ok || n.stopping.Load() {
+		return
+	}
+	mem, live := n.members.liveAt(ev.Address)
+	if !live {
+		return
+	}
+	time.AfterFunc(connectionLossGrace, func() {
+		if n.stopping.Load() || n.members.liveMember(mem.ID) == nil {
+			return
+		}
+		n.log.Warn("mesh: the connection to a live member was lost; records in flight on it may be lost",
+			"rid", mem.ID.RID, "generation", mem.ID.Generation, "remote", ev.Address)
+	})
 }
 
 // onDeadLetter counts envelopes addressed to an actor that no longer exists.

@@ -187,6 +187,13 @@ func (r *Records) Arrived(env *meshpb.Envelope) bool { return r.n.arrived(env) }
 // is no longer current).
 func (r *Records) DropStale(from NodeID, detail string) { r.n.dropStale(from, detail) }
 
+// DropExpected counts a stale_target drop that is the expected end of a race (a push
+// that crossed its session's close, say) and logs it at debug level only: DropStale is
+// for records no correct peer sends.
+func (r *Records) DropExpected(from NodeID, detail string) {
+	r.n.dropExpected(DropStaleTarget, from, detail)
+}
+
 // OnUndeliverable installs fn to see envelopes addressed to a local actor that does
 // not exist (by name); fn reports whether it took care of the envelope. Otherwise the
 // envelope is counted as a stale_target drop.

@@ -144,7 +144,10 @@ func (state *endpointWriter) initializeInternal() (err error) {
 				state.remote.Logger().Debug("EndpointWriter stream completed", slog.String("address", state.address))
 				return
 			case err != nil:
-				state.remote.Logger().Error("EndpointWriter lost connection", slog.String("address", state.address), slog.Any("error", err))
+				// meshnode patch (12): Debug, not Error. A peer that leaves or dies closes
+				// the stream too, and so does this node's own shutdown; the mesh watches the
+				// EndpointTerminatedEvent below and warns about a loss to a live peer.
+				state.remote.Logger().Debug("EndpointWriter lost connection", slog.String("address", state.address), slog.Any("error", err))
 				terminated := &EndpointTerminatedEvent{
 					Address: state.address,
 				}
