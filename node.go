@@ -209,6 +209,24 @@ func (n *Node) startStream(ctx context.Context) error {
 // ID returns the node's identity (RID and lifecycle generation).
 func (n *Node) ID() mesh.NodeID { return n.mesh.ID() }
 
+// MeshAddr returns the node's gossip address as peers dial it: what another node's
+// Config.Join takes (with port 0 in Config.MeshAddr, the port the OS chose).
+func (n *Node) MeshAddr() string { return n.mesh.MeshAddr() }
+
+// WaitMembers waits until at least count members of the mesh, this node included, are
+// live in this node's view (a fleet being started waits for its nodes before it places
+// Actors), or ctx ends.
+func (n *Node) WaitMembers(ctx context.Context, count int) error {
+	return n.mesh.Membership().WaitLive(ctx, count)
+}
+
+// Where returns the kind of the Actor id and where it lives (its route fence, whose
+// Node is the node hosting it), from the directory, without activating it: an error
+// matching actor.ErrNotFound when it has no activation.
+func (n *Node) Where(ctx context.Context, id string) (kind string, at actor.RouteFence, err error) {
+	return n.actors.Where(ctx, id)
+}
+
 // Mesh returns the node's place in the mesh.
 func (n *Node) Mesh() *mesh.Node { return n.mesh }
 

@@ -7,7 +7,10 @@
 // the binding is sealed (42, answered by 43) and its relays held, then its route is
 // switched once (44) and what was held goes to the new route in order
 // (relocation.go, move.go). On the Actor owner node each activation keeps exactly one
-// current binding, registered in the Actor's own turn before the bind is answered.
+// current binding, registered in the Actor's own turn before the bind is answered: one
+// session binds an Actor at a time, and a second bind of it (from any session, on any
+// node) replaces the first, whose session is closed. Many clients following one Actor
+// each bind an Actor of their own.
 //
 // The physical socket never leaves the session owner node; only these records cross.
 // Same-node bindings follow the same rules: the records are delivered in-process and

@@ -63,6 +63,30 @@ func (m *Membership) Subscribe(fn func(MemberEvent)) (unsubscribe func()) {
 	return m.n.members.subscribe(fn)
 }
 
+// WaitLive waits until at least n members (this node included) are live in this
+// node's view, or ctx ends (its error, wrapped, naming how many are live).
+func (m *Membership) WaitLive(ctx context.Context, n int) error {
+	changed := make(chan struct{}, 1)
+	unsubscribe := m.Subscribe(func(MemberEvent) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer unsubscribe()
+	for {
+		live := len(m.Live())
+		if live >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fault.Errorf(fault.DeadlineExceeded, "mesh: %d of the %d members waited for are live: %w", live, n, ctx.Err())
+		}
+	}
+}
+
 // FailureBound is the longest a member of this mesh can take to declare a peer failed
 // that it can no longer reach: memberlist's suspicion timeout when no other member
 // confirms the suspicion (the node alone on its side of a partition), plus one probe.
