@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
@@ -292,16 +293,26 @@ const DrainParallel = 8
 
 // Drain takes the node out of the fleet without losing Actor state: it moves every
 // Actor hosted here to the other members (Actor host Drain; from then on nothing new
-// is placed here), then shuts down as Shutdown does (sessions get ServerDrain, the node
-// leaves the mesh). It returns how many Actors moved; the error joins the moves that
-// failed and Shutdown's error.
+// is placed here; a move that fails for a passing reason is tried again until ctx
+// ends), then shuts down as Shutdown does (sessions get ServerDrain, the node leaves
+// the mesh). It returns how many Actors moved.
+//
+// When an Actor could not move, Drain does not shut down: it returns an error naming
+// each one and why (ErrDrainIncomplete), and the node keeps running and serving them,
+// so that nothing is lost. The caller decides: Shutdown then stops the node, and the
+// in-memory state of those Actors with it.
 func (n *Node) Drain(ctx context.Context) (int, error) {
 	moved, err := n.actors.Drain(ctx, DrainParallel)
 	if err != nil {
-		n.log.Warn("meshnode: some Actors could not move off the draining node", "moved", moved, "err", err)
+		n.log.Error("meshnode: some Actors could not move off the draining node; it keeps running", "moved", moved, "err", err)
+		return moved, fmt.Errorf("%w: %w", ErrDrainIncomplete, err)
 	}
-	return moved, errors.Join(err, n.Shutdown(ctx))
+	return moved, n.Shutdown(ctx)
 }
+
+// ErrDrainIncomplete: Drain could not move every Actor off the node (kind
+// Unavailable); the node is still running.
+var ErrDrainIncomplete = fault.New(fault.Unavailable, "meshnode: drain incomplete: the node keeps the Actors that could not move")
 
 // Close stops the node without draining: sessions are closed at once (no
 // session-closing), then as Shutdown.

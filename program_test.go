@@ -3,6 +3,7 @@ package meshnode_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,41 @@ func TestNode_ProgramAPI_MeshAddrWaitMembersWhere(t *testing.T) {
 		if err != nil || kind != "answerer" || at != placed {
 			t.Fatalf("Where from %s: %s %v %v, want answerer at %v", n.ID().RID, kind, at, err, placed)
 		}
+	}
+}
+
+// Issue 30, item 1: a drain that cannot move an Actor does not drop its state: Drain
+// returns ErrDrainIncomplete naming it, and the node keeps running and serving it.
+func TestNode_DrainThatCannotMoveAnActorKeepsTheNodeRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	first := quiet(meshnode.TestConfig())
+	a, err := meshnode.Start(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	second := quiet(meshnode.TestConfig()) // only this node hosts kind "solo"
+	second.Kinds = []actor.Kind{{Name: "solo", New: func() actor.Actor { return answerer{} }}}
+	second.Join = []string{a.MeshAddr()}
+	b, err := meshnode.Start(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitMembers(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Actors().LookupOn(ctx, "solo", "s-1", b.ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := b.Drain(ctx)
+	if moved != 0 || !errors.Is(err, meshnode.ErrDrainIncomplete) || !errors.Is(err, actor.ErrUnknownKind) ||
+		!strings.Contains(err.Error(), "s-1") {
+		t.Fatalf("drain toward a node without the kind: moved %d, %v", moved, err)
+	}
+	v, err := b.Actors().Request(ctx, actor.Address{Kind: "solo", ID: "s-1"}, actor.Message{Name: "say", Data: []byte("still here")})
+	if m, ok := v.(*actor.Message); err != nil || !ok || string(m.Data) != "still here" {
+		t.Fatalf("the Actor after the incomplete drain: %v %v", v, err)
 	}
 }

@@ -370,6 +370,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 		return
 	}
 	gone := ev.Member.ID
+	b.retireOwnedBy(gone)
 	b.mu.Lock()
 	var ops []*pendingOp
 	for corr, op := range b.pending {
