@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/services"
+	"github.com/meshnode/meshnode/topic"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -118,6 +119,11 @@ type Config struct {
 	// timeout, relayed requests, relay window, bindings per session). Its Logger and
 	// MeterProvider default to the node's.
 	Binding binding.Options
+
+	// Topics carries the bounds of topics (topics per session and per publisher, the
+	// payload limit) and their timing (docs/topics.md). Its Codecs, Logger and
+	// MeterProvider default to the node's.
+	Topics topic.Options
 
 	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger

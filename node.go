@@ -19,6 +19,7 @@ import (
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/topic"
 )
 
 // Node is one running meshnode: its place in the mesh, the Actors it hosts, the binding
@@ -29,6 +30,7 @@ type Node struct {
 	mesh   *mesh.Node
 	actors *actor.Host
 	binder *binding.Binder
+	topics *topic.Hub
 	stream *session.Host // nil without Streams
 
 	services  *services.Host // nil without Services or ServiceWorker
@@ -96,7 +98,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		bo.TracerProvider = cfg.TracerProvider
 	}
 	n.binder = binding.New(n.mesh, n.actors, bo)
+	to := cfg.Topics
+	if to.Logger == nil {
+		to.Logger = cfg.Logger
+	}
+	if to.MeterProvider == nil {
+		to.MeterProvider = cfg.MeterProvider
+	}
+	if to.Codecs == nil {
+		to.Codecs = n.actors.Codecs()
+	}
+	if n.topics, err = topic.New(n.mesh, n.actors, n.binder, to); err != nil {
+		n.binder.Stop()
+		n.actors.Close()
+		n.leave()
+		return nil, fmt.Errorf("meshnode: Config.Topics: %w", err)
+	}
 	if err := n.startServices(ctx); err != nil {
+		n.topics.Stop()
 		n.binder.Stop()
 		n.actors.Close()
 		n.leave()
@@ -105,6 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.Streams) > 0 {
 		if err := n.startStream(ctx); err != nil {
 			n.closeServices()
+			n.topics.Stop()
 			n.binder.Stop()
 			n.actors.Close()
 			n.leave()
@@ -113,6 +133,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	return n, nil
 }
+
+// Topics returns the node's topics: its sessions' subscriptions, publishes, presence.
+func (n *Node) Topics() *topic.Hub { return n.topics }
 
 // startServices registers the session-worker kind and starts the server services host.
 func (n *Node) startServices(ctx context.Context) error {
@@ -277,6 +300,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.binder.Stop()
 		n.actors.Close() // session workers close their hosts here
+		n.topics.Stop()
 		n.closeServices()
 		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
@@ -323,6 +347,7 @@ func (n *Node) Close() error {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.topics.Stop()
 		n.closeServices()
 		n.stopErr = n.leave()
 	})
@@ -349,6 +374,7 @@ func (n *Node) kill() {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.topics.Stop()
 		n.closeServices()
 	})
 }

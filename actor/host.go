@@ -117,7 +117,7 @@ type Host struct {
 	onStop       func(t *Turn)
 	onRejected   func(from mesh.NodeID, rec *wire.Record)
 	otherReplies mesh.RecordHandler
-	moveHooks    MoveHooks
+	moveLayers   []moveLayer
 
 	// Directory and relocation work the host owns: tasks end with closing, Close
 	// waits for them.
@@ -139,6 +139,7 @@ type Host struct {
 	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin
 	deadFollowed *eventstream.Subscription
 	bridge       SessionBridge
+	topics       TopicBridge
 
 	maxMailbox      int
 	maxMailboxBytes int64

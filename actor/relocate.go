@@ -273,28 +273,44 @@ type moveHandOff struct {
 // seal runs the layers' seal, then captures: from here on the activation holds what
 // reaches it.
 func (s *shell) seal(cmd *moveSeal) {
-	hooks := s.h.hooks()
+	layers := s.h.layers()
 	t := &s.turn
 	var err error
-	if hooks.Seal != nil {
-		s.guard(func() { err = hooks.Seal(cmd.ctx, t, cmd.m) })
+	for _, l := range layers {
+		if err == nil && l.hooks.Seal != nil {
+			s.guard(func() { err = l.hooks.Seal(cmd.ctx, t, cmd.m) })
+		}
 	}
 	var c moveCaptured
 	if err == nil {
 		c.state, err = captureState(s.act.def, s.impl)
 	}
-	if err == nil && hooks.Capture != nil {
-		s.guard(func() { c.layers, err = hooks.Capture(t) })
+	if err == nil {
+		names, data := make([]string, len(layers)), make([][]byte, len(layers))
+		for i, l := range layers {
+			names[i] = l.name
+			if err == nil && l.hooks.Capture != nil {
+				s.guard(func() { data[i], err = l.hooks.Capture(t) })
+			}
+		}
+		c.layers = encodeLayers(names, data)
 	}
 	if err != nil {
-		if hooks.Aborted != nil {
-			s.guard(func() { hooks.Aborted(t, cmd.m) })
-		}
+		s.runAborted(t, cmd.m)
 		c = moveCaptured{err: fmt.Errorf("actor: seal of %s: %w", s.act.fence.Ref, err)}
 	} else {
 		s.holding = true
 	}
 	cmd.done <- c
+}
+
+// runAborted runs every layer's Aborted hook.
+func (s *shell) runAborted(t *Turn, m Move) {
+	for _, l := range s.h.layers() {
+		if l.hooks.Aborted != nil {
+			s.guard(func() { l.hooks.Aborted(t, m) })
+		}
+	}
 }
 
 // abort ends the hold: held messages run now, in order, before anything later.
@@ -303,10 +319,7 @@ func (s *shell) abort(cmd *moveAbort) {
 		s.holding = false
 		held := s.held
 		s.held = nil
-		t := &s.turn
-		if hooks := s.h.hooks(); hooks.Aborted != nil {
-			s.guard(func() { hooks.Aborted(t, cmd.m) })
-		}
+		s.runAborted(&s.turn, cmd.m)
 		for _, msg := range held {
 			s.dispatch(s.pctx, msg)
 		}
@@ -545,10 +558,12 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 // dispatch stays closed.
 func (s *shell) arrive() {
 	arr := s.arrival
-	var err error
-	if hooks := s.h.hooks(); hooks.Restore != nil && len(arr.layers) > 0 {
-		t := &s.turn
-		s.guard(func() { err = hooks.Restore(t, arr.layers) })
+	data, err := decodeLayers(arr.layers)
+	t := &s.turn
+	for _, l := range s.h.layers() {
+		if b := data[l.name]; err == nil && l.hooks.Restore != nil && len(b) > 0 {
+			s.guard(func() { err = l.hooks.Restore(t, b) })
+		}
 	}
 	arr.restored <- err
 }
@@ -612,9 +627,11 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 	for _, msg := range pending {
 		s.dispatch(pctx, msg)
 	}
-	if hooks := h.hooks(); hooks.Committed != nil {
-		t := &s.turn
-		s.guard(func() { hooks.Committed(t, arr.m) })
+	for _, l := range h.layers() {
+		if l.hooks.Committed != nil {
+			t := &s.turn
+			s.guard(func() { l.hooks.Committed(t, arr.m) })
+		}
 	}
 	if respond {
 		pctx.Respond(&meshpb.MoveReady{Target: fenceToPB(arr.m.Target)})

@@ -264,6 +264,39 @@ func (br bridge) Push(t *actor.Turn, name string, c swire.Codec, payload []byte)
 	return br.b.send36(t, cur, cur.gen, name, contentType(br.b.opts.Codecs, c), payload)
 }
 
+// SendControl sends a control packet named name (in the "$zlink." control namespace, handled
+// by the session owner's HandleControl) with data to the Actor's bound session
+// (record 36), from a turn of the Actor. Without a binding it fails with ErrNotBound.
+func (b *Binder) SendControl(t *actor.Turn, name string, data []byte) error {
+	if !swire.IsReservedName(name) {
+		return fault.Errorf(fault.InvalidOperation, "binding: control name %q is not in the control namespace", name)
+	}
+	cur := currentOf(t)
+	if cur == nil {
+		return ErrNotBound
+	}
+	return b.send36(t, cur, cur.gen, name, codec.ContentTypeRaw, data)
+}
+
+// HandleControl makes fn handle the control packets named name that the Actors of
+// bound sessions send with SendControl (the topic layer subscribes a bound session
+// this way). fn runs on the node's record receiver (or a peer connection's reader)
+// and must not block.
+func (b *Binder) HandleControl(name string, fn func(s *Session, data []byte)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.controls == nil {
+		b.controls = map[string]func(*Session, []byte){}
+	}
+	b.controls[name] = fn
+}
+
+func (b *Binder) control(name string) func(*Session, []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.controls[name]
+}
+
 // CloseSession asks the bound session's owner to close the session with reason.
 func (br bridge) CloseSession(t *actor.Turn, reason swire.CloseReason, diagnostic string) error {
 	cur := currentOf(t)

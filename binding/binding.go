@@ -123,7 +123,8 @@ type Binder struct {
 	sessions  map[session.RoutingID]*Session
 	byGen     map[uint64]*Session // current binding generation -> its session
 	pending   map[uint64]*pendingOp
-	sealWaits map[wire.RelocationID]*sealWait // Actor owner: seals (42) waiting for their 43
+	sealWaits map[wire.RelocationID]*sealWait   // Actor owner: seals (42) waiting for their 43
+	controls  map[string]func(*Session, []byte) // session owner: control packets of layers above (HandleControl)
 
 	drops       dropCounters
 	unsubscribe func()

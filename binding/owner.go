@@ -261,6 +261,14 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		}
 		_ = s.peer.Close(reason, diag)
 	default:
+		if swire.IsReservedName(p.PacketName) {
+			if fn := b.control(p.PacketName); fn != nil {
+				fn(s, p.Data)
+			} else {
+				b.rejected(&b.drops.stalePush, from, "push with an unknown control name")
+			}
+			return
+		}
 		if err := s.peer.Send(context.Background(), p.PacketName, codecOf(b.opts.Codecs, p.ContentType), p.Data, session.NonBlocking()); err != nil {
 			b.log.Debug("binding: push not delivered", "actor", actorID, "err", err)
 		}

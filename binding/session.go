@@ -183,6 +183,9 @@ func (s *Session) OnReplaced(fn func(ctx context.Context, actorID string)) {
 	s.mu.Unlock()
 }
 
+// Peer returns the session's connection.
+func (s *Session) Peer() *session.Peer { return s.peer }
+
 // Bindings lists the current bindings, by ActorId.
 func (s *Session) Bindings() []Binding {
 	s.mu.Lock()

@@ -390,7 +390,7 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	// relay, Retain what a relay holds; the services' cancel only looks its id up), so
 	// the session reuses them.
 	nc.Session = func(n *meshnode.Node) session.SessionType {
-		return n.ServeServices(sampleapp.Mux(n.Binder())).Type().ReuseSendPackets()
+		return n.ServeServices(sampleapp.Mux(n.Binder(), n.Topics())).Type().ReuseSendPackets()
 	}
 	nc.Kinds = sampleapp.Kinds()
 	nc.Services = func(n *meshnode.Node) []services.Facet {

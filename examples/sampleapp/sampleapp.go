@@ -9,6 +9,7 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
+	"github.com/meshnode/meshnode/topic"
 )
 
 // RoomKind is the name of the sample Actor kind.
@@ -21,8 +22,10 @@ func Kinds() []actor.Kind {
 		State: func(a actor.Actor) any { return &a.(*Room).State }}}
 }
 
-// Mux returns the sample session. With a nil binder only echo and fail work.
-func Mux(b *binding.Binder) *session.Mux {
+// Mux returns the sample session. With a nil binder only echo and fail work (and the
+// topics, with topics); with nil topics, subscribe, unsubscribe, publish and
+// room.follow are not served.
+func Mux(b *binding.Binder, topics *topic.Hub) *session.Mux {
 	m := session.NewMux("sampleapp").
 		Request("echo", func(_ context.Context, p *session.Packet) error { return p.Reply(p.Codec, p.Payload) }).
 		Send("echo", func(ctx context.Context, p *session.Packet) error {
@@ -31,6 +34,14 @@ func Mux(b *binding.Binder) *session.Mux {
 		Request("fail", func(context.Context, *session.Packet) error {
 			return fault.Errorf(fault.Rejected, "the sample app rejects every fail request")
 		})
+	if topics != nil {
+		t := topicHandlers{hub: topics}
+		m.Request("subscribe", t.subscribe).
+			Request("unsubscribe", t.unsubscribe).
+			Request("publish", t.publish).
+			Request("room.follow", t.follow).
+			Request("room.unfollow", t.unfollow)
+	}
 	if b == nil {
 		return m
 	}
@@ -43,7 +54,9 @@ func Mux(b *binding.Binder) *session.Mux {
 // Type is the sample session's type. Its handlers keep no Send packet past their
 // callback (an echo is copied into the write queue, a relay that must wait holds its
 // packet with Retain), so it reuses them.
-func Type(b *binding.Binder) session.SessionType { return Mux(b).Type().ReuseSendPackets() }
+func Type(b *binding.Binder, topics *topic.Hub) session.SessionType {
+	return Mux(b, topics).Type().ReuseSendPackets()
+}
 
 type rooms struct{ b *binding.Binder }
 
@@ -132,6 +145,9 @@ func (r *Room) Receive(ctx *actor.Context) {
 		_ = ctx.Reply(roomEcho{Actor: self.ID, Node: self.Node.RID, Payload: payload, Served: r.State.Served})
 	case p.Name == "room.say":
 		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
+		// Followers (room.follow) get what the room says too, in order, wherever they
+		// are connected: the room publishes it to its topic.
+		_, _ = ctx.Publish(FollowTopic(self.ID), "room.said", p.Payload, actor.WithCodec(p.Codec))
 	case p.Request:
 		_ = ctx.ReplyError(fault.Errorf(fault.NotFound, "room has no handler for %s", p.Name))
 	}

@@ -81,7 +81,7 @@ func errString(err error) string {
 
 func startAPI(t *testing.T, n int) *fleet.Fleet {
 	return fleet.Start(t, n, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		sample := sampleapp.Mux(b)
+		sample := sampleapp.Mux(b, nil)
 		return session.NewSessionType(func() *apiSession { return &apiSession{sample: sample, b: b} })
 	}})
 }

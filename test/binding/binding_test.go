@@ -401,7 +401,7 @@ func TestRebind_ReplacedSessionCloseCleansOnlyItsOtherBindings(t *testing.T) {
 func TestRebind_NewBindDoesNotWaitForOldSession(t *testing.T) {
 	release := make(chan struct{})
 	f := fleet.Start(t, 2, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		sample := sampleapp.Mux(b)
+		sample := sampleapp.Mux(b, nil)
 		return session.NewSessionType(func() *slowReplaced { return &slowReplaced{sample: sample, b: b, release: release} })
 	}})
 	defer close(release)

@@ -247,7 +247,7 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 			if opts.Session != nil {
 				return opts.Session(node.Binder())
 			}
-			return sampleapp.Type(node.Binder())
+			return sampleapp.Type(node.Binder(), node.Topics())
 		}
 		if opts.Config != nil {
 			opts.Config(cfg)
