@@ -229,6 +229,7 @@ func startProc(t *testing.T, bin, ns, id, ip string, join []string, timeout time
 		// The test closes its clients before it stops the nodes; a short drain keeps a
 		// node that cannot reach its peers from holding the cleanup.
 		"--drain-timeout", "3s",
+		"--data-dir", t.TempDir(),
 	}
 	for _, j := range join {
 		args = append(args, "--join", j)
