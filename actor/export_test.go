@@ -55,7 +55,9 @@ func SetDirectoryEntry(h *Host, kind string, f RouteFence) {
 }
 
 // EncodeStateEnvelope and DecodeStateEnvelope are the store envelope's codec.
-func EncodeStateEnvelope(encoding byte, payload []byte) []byte { return encodeEnvelope(encoding, payload) }
+func EncodeStateEnvelope(encoding byte, payload []byte) []byte {
+	return encodeEnvelope(encoding, payload)
+}
 
 func DecodeStateEnvelope(b []byte) (byte, []byte, error) { return decodeEnvelope(b) }
 
