@@ -9,7 +9,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: run test chromium bench bench-once idle abuse chaos fuzz lint build cluster proto
+.PHONY: run test chromium postgresql bench bench-once idle abuse chaos fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
@@ -30,8 +30,9 @@ build:
 ## test: vet, the whole suite with the race detector, the contract suites again with
 ## the fast paths off, every benchmark once (so none rots); the short abuse suite runs
 ## last, alone, since it measures latencies against real processes. Chromium is
-## installed first when missing (the dashboard test drives a real browser).
-test: chromium
+## installed first when missing (the dashboard test drives a real browser), and so is
+## PostgreSQL (the store's tests start throw-away servers of their own).
+test: chromium postgresql
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /test/abuse)
 	MESHNODE_TEST_FAST_PATHS=off $(GO) test -race -count=1 -timeout 10m ./session/connector ./test/stream ./mesh ./test/binding
@@ -42,6 +43,11 @@ test: chromium
 ## Debian's chromium when none is; fails, saying why, where it cannot)
 chromium:
 	@./scripts/ensure-chromium.sh
+
+## postgresql: PostgreSQL's server binaries for the tests that start their own server
+## (apt-get installs Debian's postgresql when they are missing)
+postgresql:
+	@./scripts/ensure-postgresql.sh
 
 ## bench: the benchmarks, with their baselines in the same run, then the ratio report;
 ## fails when a benchmark fails or a ratio goal is missed

@@ -19,6 +19,7 @@ import (
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/store"
 	"github.com/meshnode/meshnode/topic"
 )
 
@@ -32,6 +33,9 @@ type Node struct {
 	binder *binding.Binder
 	topics *topic.Hub
 	stream *session.Host // nil without Streams
+	store  store.Store   // nil without one
+	// ownsStore: the node opened the store (StoreURL, DataDir) and closes it last.
+	ownsStore bool
 
 	services  *services.Host // nil without Services or ServiceWorker
 	attacher  *services.Attacher
@@ -62,6 +66,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger}
 	var err error
+	// The store opens first: a store that cannot be opened (a URL that does not parse,
+	// a server that refuses the credentials, a data directory in use) fails the start
+	// before the node joins the mesh.
+	if n.store, n.ownsStore, err = OpenStore(ctx, cfg); err != nil {
+		return nil, err
+	}
 	n.mesh, err = mesh.Start(ctx, mesh.Config{
 		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
 		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr,
@@ -69,21 +79,25 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, NoCoalescing: cfg.NoRecordCoalescing,
 	})
 	if err != nil {
+		n.closeStore()
 		return nil, fmt.Errorf("meshnode: mesh: %w", err)
 	}
 	n.actors, err = actor.NewHost(n.mesh, actor.HostOptions{
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, Messages: cfg.Messages,
 		IdleTimeout: cfg.ActorIdleTimeout, MaxMailbox: cfg.MaxMailbox, MaxMailboxBytes: cfg.MaxMailboxBytes,
 		MaxPanics: cfg.MaxPanics, PanicWindow: cfg.PanicWindow,
+		Store: n.store, StoreTimeout: cfg.StoreTimeout,
 	})
 	if err != nil {
 		n.leave()
+		n.closeStore()
 		return nil, fmt.Errorf("meshnode: Config: %w", err) // the error names Messages[i]
 	}
 	for i, k := range cfg.Kinds {
 		if err := n.actors.Register(k); err != nil {
 			n.actors.Close()
 			n.leave()
+			n.closeStore()
 			return nil, fmt.Errorf("meshnode: Config.Kinds[%d]: %w", i, err)
 		}
 	}
@@ -112,6 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.binder.Stop()
 		n.actors.Close()
 		n.leave()
+		n.closeStore()
 		return nil, fmt.Errorf("meshnode: Config.Topics: %w", err)
 	}
 	if err := n.startServices(ctx); err != nil {
@@ -119,6 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.binder.Stop()
 		n.actors.Close()
 		n.leave()
+		n.closeStore()
 		return nil, err
 	}
 	if len(cfg.Streams) > 0 {
@@ -128,6 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			n.binder.Stop()
 			n.actors.Close()
 			n.leave()
+			n.closeStore()
 			return nil, err
 		}
 	}
@@ -307,6 +324,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.mesh.Leave(lctx); err != nil {
 			errs = append(errs, err)
 		}
+		n.closeStore()
 		n.stopErr = errors.Join(errs...)
 	})
 	return n.stopErr
@@ -350,6 +368,7 @@ func (n *Node) Close() error {
 		n.topics.Stop()
 		n.closeServices()
 		n.stopErr = n.leave()
+		n.closeStore()
 	})
 	return n.stopErr
 }
@@ -376,7 +395,21 @@ func (n *Node) kill() {
 		n.actors.Close()
 		n.topics.Stop()
 		n.closeServices()
+		n.closeStore()
 	})
 }
+
+// closeStore closes the store if the node opened it. It goes last on every path: the
+// Actors' Stopping turns may still save.
+func (n *Node) closeStore() {
+	if n.ownsStore && n.store != nil {
+		if err := n.store.Close(); err != nil {
+			n.log.Warn("meshnode: closing the store", "err", err)
+		}
+	}
+}
+
+// Store returns the node's Actor state store (nil when it has none).
+func (n *Node) Store() store.Store { return n.store }
 
 func init() { nodert.KillNode = func(node any) { node.(*Node).kill() } }

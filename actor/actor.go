@@ -78,4 +78,10 @@ type Kind struct {
 	// neither starts fresh on the target (same ActorId, ObjectGeneration and bindings,
 	// empty state).
 	State func(a Actor) any
+	// Persist keeps the state (the one a move carries: State or Snapshotter) in the
+	// node's store, so that it survives a crash or a restart (docs/persistence.md):
+	// SaveExplicitly (Context.Save writes it) or SaveEveryTurn (every turn that handled
+	// a message saves it before its replies go). An activation loads the last saved
+	// state before Started. NotPersisted (the zero value): memory only.
+	Persist Persistence
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 	"github.com/meshnode/meshnode/session/codec"
+	"github.com/meshnode/meshnode/store"
 )
 
 // Errors of Actor hosting and lookup.
@@ -69,6 +70,12 @@ type HostOptions struct {
 	// was handling (if any) gets an internal_failure error reply.
 	MaxPanics   int
 	PanicWindow time.Duration
+	// Store keeps the state of the kinds that persist it (Kind.Persist); nil: none,
+	// and registering such a kind fails. The host does not close it.
+	Store store.Store
+	// StoreTimeout bounds one store operation (default DefaultStoreTimeout): a save
+	// that takes longer fails with an unknown outcome.
+	StoreTimeout time.Duration
 }
 
 // DefaultIdleTimeout is how long an unbound, silent activation lives.
@@ -149,6 +156,10 @@ type Host struct {
 	collected       atomic.Int64
 	clock           atomic.Int64 // unix nanos, advanced by the sweeper: a turn stamps its activity without reading the clock
 	metricsReg      metric.Registration
+	store           store.Store
+	storeTimeout    time.Duration
+	storeCounts     storeCounts
+	activating      map[string]chan struct{} // ids of persisting kinds claiming their record (activateLocal)
 	stopSweep       chan struct{}
 	sweepDone       chan struct{}
 }
@@ -209,6 +220,8 @@ type activation struct {
 	// arrived is closed when an arriving activation commits (nil for one placed here):
 	// a drain waits for it before moving the Actor on.
 	arrived chan struct{}
+	// persist is its hold on its record in the store (nil: the kind does not persist).
+	persist *persistState
 
 	queued      atomic.Int64 // messages in its mailbox (records and Actor messages)
 	queuedBytes atomic.Int64
@@ -273,6 +286,11 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 	if h.panicWindow <= 0 {
 		h.panicWindow = DefaultPanicWindow
 	}
+	h.store, h.storeTimeout = opts.Store, opts.StoreTimeout
+	if h.storeTimeout <= 0 {
+		h.storeTimeout = DefaultStoreTimeout
+	}
+	h.activating = map[string]chan struct{}{}
 	h.clock.Store(time.Now().UnixNano())
 	h.closing, h.stopClosing = context.WithCancel(context.Background())
 	h.taskSlots = make(chan struct{}, maxDirectoryTasks)
@@ -298,6 +316,11 @@ func NewHost(node *mesh.Node, opts HostOptions) (*Host, error) {
 		_ = h.system.Root.StopFuture(pid).Wait()
 		return nil, fmt.Errorf("actor: metrics: %w", err)
 	}
+	if err := h.registerStoreMetrics(mp); err != nil {
+		_ = h.metricsReg.Unregister()
+		_ = h.system.Root.StopFuture(pid).Wait()
+		return nil, fmt.Errorf("actor: metrics: %w", err)
+	}
 	node.Records().Handle(wire.CmdActorSend, h.receiveActorSend)
 	node.Records().Handle(wire.CmdReply, h.onReply)
 	node.Records().OnUndeliverable(h.undeliverable)
@@ -317,6 +340,9 @@ func (h *Host) Node() *mesh.Node { return h.node }
 func (h *Host) Register(k Kind) error {
 	if k.Name == "" || k.New == nil {
 		return fault.Errorf(fault.InvalidOperation, "actor: kind %q needs a name and a factory (Kind.Name, Kind.New)", k.Name)
+	}
+	if err := h.checkPersist(k); err != nil {
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -381,6 +407,9 @@ func (h *Host) Close() {
 	if h.metricsReg != nil {
 		_ = h.metricsReg.Unregister()
 	}
+	if h.storeCounts.reg != nil {
+		_ = h.storeCounts.reg.Unregister()
+	}
 	h.unsubscribe()
 	h.system.EventStream.Unsubscribe(h.deadFollowed)
 	h.stopClosing()
@@ -397,22 +426,57 @@ func (h *Host) Close() {
 
 // activateLocal returns the local activation of id, creating it if needed. The
 // directory calls it on the node it places the Actor on.
-func (h *Host) activateLocal(kind, id string) (RouteFence, error) {
+func (h *Host) activateLocal(ctx context.Context, kind, id string) (RouteFence, error) {
 	if id == "" || len(id) > 255 {
 		return RouteFence{}, fmt.Errorf("%w: %q", ErrBadID, id)
 	}
-	h.mu.Lock()
-	if a, ok := h.acts[id]; ok {
-		h.mu.Unlock()
-		if a.kind != kind {
-			return RouteFence{}, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, id, a.kind)
+	var k Kind
+	for {
+		h.mu.Lock()
+		if a, ok := h.acts[id]; ok {
+			h.mu.Unlock()
+			if a.kind != kind {
+				return RouteFence{}, fmt.Errorf("%w: %s is a %s", ErrKindMismatch, id, a.kind)
+			}
+			return a.fence, nil
 		}
-		return a.fence, nil
+		var ok bool
+		k, ok = h.kinds[kind]
+		if !ok {
+			h.mu.Unlock()
+			return RouteFence{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+		}
+		wait, busy := h.activating[id]
+		if !busy {
+			if k.Persist != NotPersisted {
+				// Claiming the record is a store round trip: a second activation racing
+				// this one must not claim too (its claim would fence this one out).
+				done := make(chan struct{})
+				h.activating[id] = done
+				defer func() {
+					h.mu.Lock()
+					delete(h.activating, id)
+					h.mu.Unlock()
+					close(done)
+				}()
+			}
+			h.mu.Unlock()
+			break
+		}
+		h.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return RouteFence{}, fault.Errorf(fault.Unavailable, "actor: activate %s: waiting for its state to load: %w", id, ctx.Err())
+		}
 	}
-	k, ok := h.kinds[kind]
-	h.mu.Unlock()
-	if !ok {
-		return RouteFence{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	impl := k.New()
+	var p *persistState
+	if k.Persist != NotPersisted {
+		var err error
+		if p, err = h.claimState(ctx, k, id, impl); err != nil {
+			return RouteFence{}, err
+		}
 	}
 	gen := mesh.NewGeneration()
 	self := h.node.ID()
@@ -424,7 +488,7 @@ func (h *Host) activateLocal(kind, id string) (RouteFence, error) {
 		// later, so its authority generation is higher than the failed owner's.
 		AuthorityOwnerGeneration: gen,
 		OwnerLeaseGeneration:     self.Generation,
-	}, k.New(), nil)
+	}, impl, nil, p)
 	if err != nil {
 		return RouteFence{}, err
 	}
@@ -447,11 +511,11 @@ const maxStopWait = movePrepareTimeout / 2
 // (forwarding what its mailbox held, or in its Actor's Stopping turn): protoactor
 // refuses a second process of that name until the first one has stopped. spawn waits
 // for it, bounded by ctx and maxStopWait.
-func (h *Host) spawn(ctx context.Context, k Kind, fence RouteFence, impl Actor, arr *arrival) (*activation, error) {
+func (h *Host) spawn(ctx context.Context, k Kind, fence RouteFence, impl Actor, arr *arrival, p *persistState) (*activation, error) {
 	name := activationName(fence.Ref)
 	waited := false
 	for {
-		a, stopping, err := h.trySpawn(k, fence, impl, arr, name)
+		a, stopping, err := h.trySpawn(k, fence, impl, arr, name, p)
 		if stopping == nil {
 			return a, err
 		}
@@ -477,7 +541,7 @@ func (h *Host) spawn(ctx context.Context, k Kind, fence RouteFence, impl Actor, 
 
 // trySpawn is one attempt of spawn; stopping, when not nil, is the earlier activation
 // that still holds the name.
-func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name string) (_ *activation, stopping *activation, _ error) {
+func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name string, p *persistState) (_ *activation, stopping *activation, _ error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -495,7 +559,7 @@ func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name
 	if old, ok := h.leaving[name]; ok {
 		return nil, old, nil
 	}
-	a := &activation{kind: k.Name, def: k, fence: fence, gone: make(chan struct{})}
+	a := &activation{kind: k.Name, def: k, fence: fence, gone: make(chan struct{}), persist: p}
 	if arr != nil {
 		src := arr.m.Source
 		a.former = &src
@@ -696,6 +760,8 @@ type shell struct {
 	forwardTo   *proto.PID    // set once it moved away: what still reaches it follows
 	forwardFrom RouteFence    // its fence before it moved away
 	forwardGen  uint64        // the lifecycle of the node it moved to
+	holdReplies bool          // a SaveEveryTurn turn: replies wait for its save
+	heldReplies []heldReply
 }
 
 func (s *shell) Receive(pctx proto.Context) {
@@ -940,7 +1006,15 @@ func (s *shell) deliverIn(ctx context.Context, msg any, from *Ref, reply func(v 
 		reply = s.h.sessionReply(p, s.act.fence.Ref)
 	}
 	s.ctx = Context{Context: ctx, host: s.h, act: s.act, msg: msg, from: from, shell: s, reply: reply}
-	actx := &s.ctx
+	if p := s.act.persist; p != nil {
+		s.receivePersisted(&s.ctx, p)
+		return
+	}
+	s.receive(&s.ctx)
+}
+
+// receive runs the Actor's Receive; a panic ends the turn only (the panic policy).
+func (s *shell) receive(actx *Context) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.panicked(r, actx)

@@ -160,7 +160,8 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 	pctx, cancel := context.WithTimeout(ctx, movePrepareTimeout)
 	res, err := h.ask(pctx, to.ID, &meshpb.MovePrepare{RelocationHigh: m.ID.High, RelocationLow: m.ID.Low, Kind: a.kind,
 		Source: fenceToPB(a.fence), State: c.state, Layers: c.layers, Crc32C: crc,
-		CoordinatorOwnerId: m.Coordinator.OwnerID, StoreVersion: m.Coordinator.StoreVersion})
+		CoordinatorOwnerId: m.Coordinator.OwnerID, StoreVersion: m.Coordinator.StoreVersion,
+		StateVersion: c.stateVersion, StateStoreId: c.storeID})
 	cancel()
 	var ready *meshpb.MoveReady
 	if err == nil {
@@ -254,7 +255,11 @@ type moveSeal struct {
 
 type moveCaptured struct {
 	state, layers []byte
-	err           error
+	// stateVersion and storeID: the activation's hold on its record in the store (0,
+	// "": the kind does not persist), continued by a target on the same store.
+	stateVersion uint64
+	storeID      string
+	err          error
 }
 
 // moveAbort returns a sealed activation to serving.
@@ -294,6 +299,12 @@ func (s *shell) seal(cmd *moveSeal) {
 			}
 		}
 		c.layers = encodeLayers(names, data)
+	}
+	if p := s.act.persist; err == nil && p != nil {
+		if p.failed != nil || p.deleted {
+			err = fault.Errorf(fault.Unavailable, "actor: %s is stopping after a failed save", s.act.fence.Ref)
+		}
+		c.stateVersion, c.storeID = p.version, p.storeID
 	}
 	if err != nil {
 		s.runAborted(t, cmd.m)
@@ -529,8 +540,15 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 	m := Move{ID: RelocationID{High: p.RelocationHigh, Low: p.RelocationLow}, Source: src,
 		Target:      RouteFence{Ref: src.Ref, Node: self, AuthorityOwnerGeneration: mesh.NewGeneration(), OwnerLeaseGeneration: self.Generation},
 		Coordinator: MoveCoordinator{OwnerID: p.CoordinatorOwnerId, LeaseGeneration: src.Node.Generation, Node: src.Node, StoreVersion: p.StoreVersion}}
+	// The target continues the source's version chain (or claims the record in a store
+	// of its own) before it answers relay-ready; it saves only once dispatch opens at
+	// the commit, after the source's last save.
+	ps, err := h.claimForMove(ctx, k, src.ID, p.StateVersion, p.StateStoreId)
+	if err != nil {
+		return fail(err)
+	}
 	arr := &arrival{m: m, layers: p.Layers, restored: make(chan error, 1)}
-	a, err := h.spawn(ctx, k, m.Target, impl, arr)
+	a, err := h.spawn(ctx, k, m.Target, impl, arr, ps)
 	if err != nil {
 		return fail(err)
 	}

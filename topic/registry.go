@@ -46,6 +46,7 @@ type registry struct {
 type peerInterest struct {
 	acked  uint64 // the highest of this node's versions it acknowledged
 	resync bool   // it gets this node's whole set next (a record to it was lost, it joined)
+	told   bool   // it was sent a topic of this node: an empty whole set is news to it
 
 	version uint64            // the highest version it sent this node
 	topics  map[string]uint32 // its counts (nonzero)
@@ -97,6 +98,7 @@ func (r *registry) sendLocked(ti *wire.TopicInterest) {
 		if p.resync {
 			continue
 		}
+		p.told = true
 		r.trySend(id, p, rec)
 	}
 }
@@ -193,6 +195,12 @@ func (r *registry) flush() {
 		if !p.resync {
 			continue
 		}
+		if len(r.local) == 0 && !p.told {
+			// Nothing to tell a node that was never told anything: it holds nothing of
+			// this node (a node with no subscriber sends no records at all).
+			p.resync = false
+			continue
+		}
 		if whole == nil {
 			whole = make([]wire.TopicCount, 0, len(r.local))
 			for topic, n := range r.local {
@@ -200,7 +208,7 @@ func (r *registry) flush() {
 			}
 			r.version++
 		}
-		p.resync = false
+		p.resync, p.told = false, true
 		r.sendWholeLocked(id, p, whole)
 	}
 }

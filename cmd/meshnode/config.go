@@ -29,6 +29,8 @@ import (
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/store"
+	"github.com/meshnode/meshnode/store/pgstore"
 )
 
 // serveConfig is the binary's configuration, from flags.
@@ -68,6 +70,13 @@ type serveConfig struct {
 	drainActors bool
 	// sources says where each flag's value came from (meshnode config).
 	sources map[string]string
+
+	// storeURL names the Actor state store (empty: the embedded store in dataDir);
+	// dataDir is the node's own directory (defaulted from the node id).
+	storeURL string
+	dataDir  string
+	// storeWhere and dataDirWhere name where the values came from, for errors.
+	storeWhere, dataDirWhere string
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -117,6 +126,8 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
 	fs.Var(&raw.wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
+	fs.StringVar(&cfg.storeURL, "store", "", "where Actors keep their state: bolt:PATH (embedded), postgres://user:password@host:port/db (PostgreSQL, shared by a fleet), memory: (lost at exit); default: the embedded store in --data-dir")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "the node's own directory; the embedded store is DIR/state.db (default ./meshnode-data/<node id>)")
 	fs.StringVar(&raw.config, "config", "", "configuration file, TOML or YAML (.yaml, .yml): keys are the flag names (a repeatable flag takes an array)")
 }
 
@@ -303,7 +314,40 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	if err := checkTLSFiles(cfg, where); err != nil {
 		return cfg, nil, err
 	}
+	cfg.storeWhere, cfg.dataDirWhere = where("store"), where("data-dir")
+	if cfg.storeURL != "" {
+		loc, err := store.ParseURL(cfg.storeURL)
+		if err == nil && loc.Scheme == "postgres" {
+			_, err = pgstore.ParseURL(loc.URL)
+		}
+		if err != nil {
+			return cfg, nil, fmt.Errorf("%s: %w", cfg.storeWhere, err)
+		}
+	}
+	if cfg.dataDir == "" {
+		cfg.dataDir = defaultDataDir(cfg.nodeID, cfg.meshAddr)
+	}
 	return cfg, sources, nil
+}
+
+// defaultDataDir is ./meshnode-data/ and the node's RID (its --node-id, else its mesh
+// address) with every character outside [A-Za-z0-9._-] made '_'.
+func defaultDataDir(nodeID, meshAddr string) string {
+	id := nodeID
+	if id == "" {
+		id = meshAddr
+	}
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	name := string(b)
+	if name == "" || name == "." || name == ".." {
+		name = "node"
+	}
+	return filepath.Join("meshnode-data", name)
 }
 
 // checkListeners refuses a STREAM endpoint given twice, and two endpoints on the same
@@ -410,5 +454,6 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	nc.Binding = binding.Options{RelayTimeout: c.relayTimeout, MaxBindingsPerSession: c.maxBindingsPerSession,
 		MaxRelayedRequests: c.maxRelayedRequests}
 	nc.Logger, nc.MeterProvider = log, meters
+	nc.StoreURL, nc.DataDir = c.storeURL, c.dataDir
 	return nc
 }

@@ -5,14 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"text/tabwriter"
+
+	"github.com/meshnode/meshnode/store"
+	"github.com/meshnode/meshnode/store/boltstore"
 )
 
 // runConfig is `meshnode config [serve flags]`: the effective serve configuration, from
 // flags, MESHNODE_* environment variables and --config, with where each value came
 // from. It checks the configuration as serve would and fails the same way.
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if _, _, err := parseServeConfig(args, stderr); err != nil {
+	cfg, _, err := parseServeConfig(args, stderr)
+	if err != nil {
 		return err
 	}
 	fs := flag.NewFlagSet("meshnode config", flag.ContinueOnError)
@@ -25,7 +30,16 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVALUE\tSOURCE")
 	fs.VisitAll(func(f *flag.Flag) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Value.String(), sources[f.Name])
+		value := f.Value.String()
+		switch {
+		case f.Name == "data-dir" && value == "":
+			value = cfg.dataDir // defaulted from the node id
+		case f.Name == "store" && value == "":
+			value = "bolt:" + filepath.Join(cfg.dataDir, boltstore.FileName) // the embedded store
+		case f.Name == "store":
+			value = store.Redact(value) // never the password
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, value, sources[f.Name])
 	})
 	return tw.Flush()
 }

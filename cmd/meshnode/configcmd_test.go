@@ -134,3 +134,37 @@ func TestBinaryConfig_BadKeyOrValueNamesItsSource(t *testing.T) {
 		})
 	}
 }
+
+// Issue 27, item 7: meshnode config shows --store and --data-dir as serve applies them:
+// by default the embedded store in ./meshnode-data/<node id>, else what was given.
+func TestConfigShowsStoreAndDataDir(t *testing.T) {
+	t.Setenv("MESHNODE_DATA_DIR", "")    // restored after the test: TestMain's, for nodes
+	_ = os.Unsetenv("MESHNODE_DATA_DIR") // here the default is the point
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"config", "--node-id", "node a/1"}, &out, &errb); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	for _, want := range []string{
+		"data-dir                  meshnode-data/node_a_1                default",
+		"store                     bolt:meshnode-data/node_a_1/state.db  default",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("config output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"config", "--store", "postgres://app:pw@db:5432/app", "--data-dir", "/var/lib/mn"}, &out, &errb); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	for _, want := range []string{"postgres://app:xxxxx@db:5432/app", "/var/lib/mn"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("config output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), ":pw@") {
+		t.Errorf("config shows the store's password:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"config", "--store", "mysql://x"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "flag --store") {
+		t.Errorf("a bad --store: %v, want an error naming flag --store", err)
+	}
+}

@@ -68,6 +68,13 @@ type nodeJSON struct {
 	BoundSessions int          `json:"boundSessions"`
 	Actors        int          `json:"actors"`
 	Records       recordsJSON  `json:"records"`
+	// Store is the Actor state store: which, its health now, and its figures.
+	Store *nodeStoreJSON `json:"store,omitempty"`
+}
+
+type nodeStoreJSON struct {
+	storeHealthJSON
+	actor.StoreStats
 }
 
 type jobQueueJSON struct {
@@ -185,6 +192,9 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 	bs := d.node.Binder().Stats()
 	out.Bindings, out.BoundSessions = bs.Bindings, bs.Sessions
 	out.Actors = d.node.Actors().Stats().Active
+	if st := d.node.Store(); st != nil {
+		out.Store = &nodeStoreJSON{storeHealthJSON: storeHealth(context.Background(), st), StoreStats: d.node.Actors().StoreStats()}
+	}
 	rc := d.node.Records().Counts()
 	out.Records = recordsJSON{ByCommand: rc.ByCommand, Drops: rc.Drops}
 	for _, c := range rc.ByCommand {

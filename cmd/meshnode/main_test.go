@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +25,25 @@ import (
 	"github.com/meshnode/meshnode/session/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// A node started by a test keeps its embedded store in a directory of the test's
+	// (startBinary gives each node its own), never under ./meshnode-data in the tree.
+	dir, err := os.MkdirTemp("", "meshnode-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_ = os.Setenv("MESHNODE_DATA_DIR", dir)
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // lineWriter hands each written line to a channel, so the test waits on output.
 type lineWriter struct {
@@ -48,6 +68,9 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop func() error) {
 	t.Helper()
+	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
+		args = append(args, "--data-dir", t.TempDir())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)

@@ -47,6 +47,12 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var adminLn net.Listener
 	nodeCfg := cfg.nodeConfig(log, meters)
 	nodeCfg.TracerProvider = tracer
+	st, err := openStore(ctx, cfg, nodeCfg, stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = st.Close() }() // after the node stopped: its Actors' last turns may save
+	nodeCfg.Store = st
 	if cfg.admin != "" {
 		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
 			return fmt.Errorf("flag --admin: %w", err)
@@ -185,9 +191,13 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		if h := storeHealth(r.Context(), node.Store()); !h.OK {
+			http.Error(w, "not ready: store "+h.Name+" "+h.Location+": "+h.Error, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")

@@ -11,7 +11,8 @@
 //	Request "unbind"    {"actor":ID} -> unbinds; answers {}
 //	Request "room.echo" -> relayed; the room answers {"actor":ID,"node":RID,"payload":<request>,
 //	                       "served":N} where N counts the room.echo requests the room has
-//	                       served, carried across relocations
+//	                       served, carried across relocations and kept in the node's
+//	                       store (saved before the answer: it survives a crash)
 //	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload,
 //	                       and publishes it to the topic "room:ID" for its followers
 //	When another session binds the same room, this one gets Send "room.replaced"

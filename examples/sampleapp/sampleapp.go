@@ -18,8 +18,11 @@ const RoomKind = "room"
 // Kinds returns the sample Actor kinds.
 func Kinds() []actor.Kind {
 	return []actor.Kind{{Name: RoomKind, New: func() actor.Actor { return &Room{} },
-		// The room's state moves with it when it is relocated.
-		State: func(a actor.Actor) any { return &a.(*Room).State }}}
+		// The room's state moves with it when it is relocated, and is kept in the
+		// node's store: the room saves before it answers each room.echo, so its served
+		// count survives a crash of its node.
+		State:   func(a actor.Actor) any { return &a.(*Room).State },
+		Persist: actor.SaveExplicitly}}
 }
 
 // Mux returns the sample session. With a nil binder only echo and fail work (and the
@@ -104,7 +107,8 @@ func (r rooms) relay(ctx context.Context, p *session.Packet) error {
 }
 
 // Room is the sample Actor: it answers room.echo and pushes room.say back to its
-// bound session. Its state (how many room.echo requests it served) moves with it. One
+// bound session. Its state (how many room.echo requests it served) moves with it and
+// is saved in the node's store before each room.echo is answered. One
 // session at a time is bound to a room: a second bind replaces the first session
 // (which gets room.replaced and is closed), so this is a one-client room, not a chat
 // room shared by many.
@@ -142,6 +146,14 @@ func (r *Room) Receive(ctx *actor.Context) {
 			return
 		}
 		r.State.Served++
+		// Saved before it is answered: a client never sees a count the store does not
+		// have. A failed save answers the error (unavailable, or deadline_exceeded when
+		// its outcome is unknown) and the room stops after this turn; the next request
+		// finds it anew with its last saved count.
+		if err := ctx.Save(); err != nil {
+			_ = ctx.ReplyError(err)
+			return
+		}
 		_ = ctx.Reply(roomEcho{Actor: self.ID, Node: self.Node.RID, Payload: payload, Served: r.State.Served})
 	case p.Name == "room.say":
 		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,11 @@ func Start(t testing.TB, cfg Config) *Node {
 		args = append(args, "--join", j)
 	}
 	args = append(args, cfg.Args...)
+	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
+		// The embedded store of a process goes to a directory of the test's, never
+		// under the package's ./meshnode-data.
+		args = append(args, "--data-dir", t.TempDir())
+	}
 	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &testkit.LockedBuffer{}}
 	if cfg.OpenFiles > 0 {
 		quoted := make([]string, len(args))

@@ -122,6 +122,9 @@ function renderFleet(f) {
       const dropRows = byKey(n.records.drops).map(([reason, v]) => el("tr", {}, el("td", {}, reason), el("td", {}, fmtNum(v))));
       cards.push(el("div", { class: "card", "data-testid": "node-card", "data-rid": m.rid },
         el("h3", {}, m.rid),
+        n.store ? el("p", { "data-testid": "node-store", "data-ok": String(n.store.ok) },
+          `store ${n.store.name} ${n.store.location}: ${n.store.ok ? "ok" : "DOWN (" + n.store.error + ")"}; ` +
+          `${fmtNum(n.store.Saves)} saves, ${fmtNum(n.store.Conflicts)} conflicts, ${fmtNum(n.store.SaveFailures)} failed, ${fmtNum(n.store.Corrupt)} corrupt`) : el("p", {}, "no store"),
         el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "command"), el("th", {}, "in"), el("th", {}, "out"), el("th", {}, "/s"))),
           el("tbody", {}, ...(cmds.length ? cmds : [el("tr", {}, el("td", { colSpan: 4 }, "no records yet"))]))),
         el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "drop reason"), el("th", {}, "records"))),
