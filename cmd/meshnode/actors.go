@@ -102,14 +102,15 @@ func adminActors(mux *http.ServeMux, node *meshnode.Node, drain func() bool) {
 
 // adminCall sends one admin request and decodes its JSON answer into out; a non-2xx
 // answer is returned as an error carrying the server's message.
-func adminCall(ctx context.Context, method, admin, path string, out any) error {
+func adminCall(ctx context.Context, creds *adminCreds, method, admin, path string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+admin+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, creds.url(admin, path), nil)
 	if err != nil {
 		return fmt.Errorf("flag --admin: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	creds.authorize(req)
+	resp, err := creds.httpClient().Do(req)
 	if err != nil {
 		return err
 	}
@@ -132,16 +133,23 @@ func runRelocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("meshnode relocate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", defaultAdmin, "admin address of any running meshnode")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: meshnode relocate [--admin ADDR] ACTOR-ID NODE-RID") }
+	creds := credFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: meshnode relocate [--admin ADDR] [--token-file FILE] ACTOR-ID NODE-RID")
+	}
 	if err := fs.Parse(args); err != nil || fs.NArg() != 2 {
 		if err == nil {
 			fs.Usage()
 		}
 		return errUsage
 	}
+	c, addr, err := creds(*admin)
+	if err != nil {
+		return err
+	}
 	var f actorJSON
 	path := "/v1/actors/" + url.PathEscape(fs.Arg(0)) + "/relocate?to=" + url.QueryEscape(fs.Arg(1))
-	if err := adminCall(ctx, http.MethodPost, *admin, path, &f); err != nil {
+	if err := adminCall(ctx, c, http.MethodPost, addr, path, &f); err != nil {
 		return fmt.Errorf("relocate: %w", err)
 	}
 	fmt.Fprintf(stdout, "%s moved to %s (generation %d, authority %d)\n", f.ID, f.Node, f.NodeGeneration, f.AuthorityOwnerGeneration)
@@ -155,22 +163,27 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", defaultAdmin, "admin address of the meshnode to drain")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the node to stop")
+	creds := credFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if err := adminCall(ctx, http.MethodPost, *admin, "/v1/drain", nil); err != nil {
+	c, addr, err := creds(*admin)
+	if err != nil {
+		return err
+	}
+	if err := adminCall(ctx, c, http.MethodPost, addr, "/v1/drain", nil); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	fmt.Fprintf(stdout, "meshnode: %s is draining\n", *admin)
+	fmt.Fprintf(stdout, "meshnode: %s is draining\n", addr)
 	deadline := time.Now().Add(*wait)
 	for time.Now().Before(deadline) {
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := adminCall(hctx, http.MethodGet, *admin, "/healthz", nil)
+		err := adminCall(hctx, c, http.MethodGet, addr, "/healthz", nil)
 		cancel()
 		if err != nil {
 			var ue *url.Error
 			if errors.As(err, &ue) {
-				fmt.Fprintf(stdout, "meshnode: %s stopped\n", *admin)
+				fmt.Fprintf(stdout, "meshnode: %s stopped\n", addr)
 				return nil
 			}
 		}

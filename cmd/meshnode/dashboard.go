@@ -70,6 +70,8 @@ type nodeJSON struct {
 	Records       recordsJSON  `json:"records"`
 	// Store is the Actor state store: which, its health now, and its figures.
 	Store *nodeStoreJSON `json:"store,omitempty"`
+	// Security is what protects the node (docs/security.md).
+	Security *securityJSON `json:"security,omitempty"`
 }
 
 type nodeStoreJSON struct {
@@ -136,19 +138,14 @@ type fleetActorJSON struct {
 // dashboard serves the page, its files and the endpoints it polls. self is this node's
 // admin address as gossiped (empty: none).
 type dashboard struct {
-	node   *meshnode.Node
-	self   string
-	client *http.Client
+	node *meshnode.Node
+	self string
+	// sec asks other members with this node's own credentials (nil: plain HTTP).
+	sec *adminSecurity
 }
 
-func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string) {
-	d := &dashboard{node: node, self: self, client: &http.Client{
-		// Per-request contexts bound each call; this bounds a caller that forgets.
-		Timeout: 2 * fleetPeerTimeout,
-		// No idle connections: none outlives a request (nor the node), and one request a
-		// second per member is not worth keeping them.
-		Transport: &http.Transport{DisableKeepAlives: true},
-	}}
+func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string, sec *adminSecurity) {
+	d := &dashboard{node: node, self: self, sec: sec}
 	files, err := fs.Sub(dashboardFiles, "dashboard")
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
@@ -195,6 +192,7 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 	if st := d.node.Store(); st != nil {
 		out.Store = &nodeStoreJSON{storeHealthJSON: storeHealth(context.Background(), st), StoreStats: d.node.Actors().StoreStats()}
 	}
+	out.Security = securityFigures(d.node, d.sec)
 	rc := d.node.Records().Counts()
 	out.Records = recordsJSON{ByCommand: rc.ByCommand, Drops: rc.Drops}
 	for _, c := range rc.ByCommand {
@@ -289,7 +287,7 @@ func (d *dashboard) fleet(w http.ResponseWriter, r *http.Request) {
 			fm.Error = "no admin address gossiped (started without --admin)"
 		default:
 			var n nodeJSON
-			if err := d.get(ctx, fm.Admin, "/v1/node", &n); err != nil {
+			if err := d.get(ctx, fm.Admin, fm.RID, "/v1/node", &n); err != nil {
 				fm.Error = err.Error()
 				return
 			}
@@ -343,7 +341,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 		case m.AdminAddr == "":
 			answers[i].err = fmt.Errorf("no admin address gossiped (started without --admin)")
 		default:
-			answers[i].err = d.get(ctx, m.AdminAddr, q, &answers[i].page)
+			answers[i].err = d.get(ctx, m.AdminAddr, m.ID.RID, q, &answers[i].page)
 		}
 	})
 	out := fleetActorsJSON{Actors: []fleetActorJSON{}}
@@ -392,7 +390,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 			var b struct {
 				Counts map[string]int `json:"counts"`
 			}
-			if err := d.get(ctx, m.AdminAddr, "/v1/node/bound?"+q.Encode(), &b); err != nil {
+			if err := d.get(ctx, m.AdminAddr, m.ID.RID, "/v1/node/bound?"+q.Encode(), &b); err != nil {
 				mu.Lock()
 				if out.Errors == nil {
 					out.Errors = map[string]string{}
@@ -439,13 +437,14 @@ func (d *dashboard) fanOut(ctx context.Context, n int, fn func(ctx context.Conte
 	wg.Wait()
 }
 
-// get fetches one member's admin endpoint and decodes its JSON answer.
-func (d *dashboard) get(ctx context.Context, admin, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+path, nil)
+// get fetches one member's admin endpoint (member rid at admin) with this node's own
+// credentials and decodes its JSON answer.
+func (d *dashboard) get(ctx context.Context, admin, rid, path string, out any) error {
+	req, client, err := d.sec.peerRequest(ctx, admin, rid, path)
 	if err != nil {
 		return fmt.Errorf("admin address %q: %w", admin, err)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"text/tabwriter"
-	"time"
 )
 
 // runMembers is `meshnode members --admin ADDR`: the members as a table.
@@ -16,25 +14,16 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("meshnode members", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", defaultAdmin, "admin address of a running meshnode")
+	creds := credFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+*admin+"/v1/members", nil)
+	c, addr, err := creds(*admin)
 	if err != nil {
-		return fmt.Errorf("flag --admin: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("members: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("members: %s answered %s", *admin, resp.Status)
+		return err
 	}
 	var members []memberJSON
-	if err := json.NewDecoder(resp.Body).Decode(&members); err != nil {
+	if err := adminCall(ctx, c, http.MethodGet, addr, "/v1/members", &members); err != nil {
 		return fmt.Errorf("members: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,11 @@ import (
 // serve runs the node until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	// SIGHUP reloads the certificates, gossip keys and admin tokens (reloadLoop) instead
+	// of ending the process, its default: taken over before anything starts.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -66,8 +74,21 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
+	sec, err := newAdminSecurity(cfg, node, log, meters)
+	if err != nil {
+		_ = node.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+		return err
+	}
+	defer sec.auth.close()
+	stopReload := make(chan struct{})
+	waitReload := reloadLoop(node, sec, log, hup, stopReload)
+	defer func() { close(stopReload); waitReload() }()
 	id := node.Mesh().ID()
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
+	printProtections(stdout, log, cfg)
 
 	var ready atomic.Bool
 	// POST /v1/drain asks for a drain with Actors moved away, as --drain-actors does
@@ -81,10 +102,15 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: sec.auth.wrap(adminMux(registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr, sec)), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
-		go func() { adminDone <- admin.Serve(adminLn) }()
-		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
+		ln := sec.listener(adminLn)
+		go func() { adminDone <- admin.Serve(ln) }()
+		also := ""
+		if cfg.adminTLS {
+			also = "; https:// on the same port, credentials over TLS only"
+		}
+		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz%s)\n", adminLn.Addr(), also)
 	}
 	stopAdmin := func() {
 		if admin == nil {
@@ -161,11 +187,11 @@ func advertisedAdmin(addr net.Addr, cfg serveConfig) string {
 	return net.JoinHostPort(host, port)
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
+func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool, self string, sec *adminSecurity) *http.ServeMux {
 	mux := http.NewServeMux()
 	adminActors(mux, node, drain)
 	adminSessions(mux, node)
-	adminDashboard(mux, node, self)
+	adminDashboard(mux, node, self, sec)
 	if withPprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.
@@ -200,7 +226,18 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 			http.Error(w, "not ready: store "+h.Name+" "+h.Location+": "+h.Error, http.StatusServiceUnavailable)
 			return
 		}
+		// A certificate that expired makes the node useless to its peers; one that
+		// expires soon is said while the node is still ready (every node's would fail
+		// its probe at once otherwise).
+		notReady, warnings := securityReadiness(node, time.Now())
+		if notReady != "" {
+			http.Error(w, "not ready: "+notReady, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = io.WriteString(w, "ready\n")
+		for _, warn := range warnings {
+			_, _ = io.WriteString(w, "warning: "+warn+"\n")
+		}
 	})
 	return mux
 }

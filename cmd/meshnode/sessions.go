@@ -153,11 +153,16 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", defaultAdmin, "admin address of a running meshnode")
 	limit := fs.Int("limit", defaultPage, "sessions to list (1.."+strconv.Itoa(session.MaxSessionsPage)+")")
+	creds := credFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	c, addr, err := creds(*admin)
+	if err != nil {
+		return err
+	}
 	var out sessionsJSON
-	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/sessions?limit="+strconv.Itoa(*limit), &out); err != nil {
+	if err := adminCall(ctx, c, http.MethodGet, addr, "/v1/sessions?limit="+strconv.Itoa(*limit), &out); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
 	fmt.Fprintf(stdout, "%d sessions: by transport %v, by state %v\n", out.Total, out.ByTransport, out.ByState)
@@ -187,15 +192,20 @@ func runActors(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("meshnode actors", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", defaultAdmin, "admin address of a running meshnode")
+	creds := credFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	c, addr, err := creds(*admin)
+	if err != nil {
+		return err
 	}
 	var actors []struct {
 		ID               string `json:"id"`
 		Kind             string `json:"kind"`
 		ObjectGeneration uint64 `json:"objectGeneration"`
 	}
-	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/actors", &actors); err != nil {
+	if err := adminCall(ctx, c, http.MethodGet, addr, "/v1/actors", &actors); err != nil {
 		return fmt.Errorf("actors: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
