@@ -85,6 +85,11 @@ var metricTargets = []metricBound{
 	{"cross-node Actor send time / raw remote send time, interleaved", "ActorSendCrossNodeInterleaved", "x-raw-remote-time", 1 / 0.70},
 	// The one-way relay figure measured in alternation: target >= 60% as throughput.
 	{"bound one-way relay time / raw remote send time, interleaved", "BoundRelaySendCrossNodeInterleaved", "x-raw-remote-time", 1 / 0.60},
+	// What the mesh's protections cost (docs/security.md): the same work on a fleet with
+	// mutual TLS and encrypted gossip over one without, in alternation.
+	{"mTLS fleet / plain fleet: cross-node Actor send time", "ActorSendCrossNodeTLSInterleaved", "x-plain-time", 1.15},
+	{"mTLS fleet / plain fleet: bound request round-trip time", "BoundRequestCrossNodeTLSInterleaved", "x-plain-time", 1.25},
+	{"mTLS fleet / plain fleet: bound one-way relay time", "BoundRelaySendCrossNodeTLSInterleaved", "x-plain-time", 1.15},
 }
 
 // report prints the bound's figure, what it is (goal or target) and whether it is
