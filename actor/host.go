@@ -148,6 +148,7 @@ type Host struct {
 	collected       atomic.Int64
 	clock           atomic.Int64 // unix nanos, advanced by the sweeper: a turn stamps its activity without reading the clock
 	metricsReg      metric.Registration
+	turnDuration    metric.Float64Histogram // sampled Actor turn durations (collect.go)
 	stopSweep       chan struct{}
 	sweepDone       chan struct{}
 }
@@ -693,7 +694,13 @@ type shell struct {
 	forwardTo   *proto.PID    // set once it moved away: what still reaches it follows
 	forwardFrom RouteFence    // its fence before it moved away
 	forwardGen  uint64        // the lifecycle of the node it moved to
+	turns       uint32        // turns delivered, for sampling their duration
 }
+
+// turnSample: one turn in turnSample of each activation (and its first) is timed for
+// meshnode.actor.turn.duration. Two clock reads and a histogram update cost about
+// 200 ns, a fifth of a small turn; one in 8 costs a fortieth.
+const turnSample = 8
 
 func (s *shell) Receive(pctx proto.Context) {
 	s.pctx = pctx
@@ -937,7 +944,15 @@ func (s *shell) deliverIn(ctx context.Context, msg any, from *Ref, reply func(v 
 			s.panicked(r, actx)
 		}
 	}()
+	if s.turns++; s.turns%turnSample == 1 && s.h.turnDuration != nil {
+		defer s.h.observeTurn(time.Now())
+	}
 	s.impl.Receive(actx)
+}
+
+// observeTurn records the duration of a turn that started at start.
+func (h *Host) observeTurn(start time.Time) {
+	h.turnDuration.Record(context.Background(), time.Since(start).Seconds())
 }
 
 // guard runs a layer's hook in a turn; a panic is logged and goes no further.
