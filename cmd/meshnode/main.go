@@ -8,10 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/meshnode/meshnode/internal/buildinfo"
 )
 
-// version is stamped by the build (-ldflags "-X main.version=...").
-var version = "dev"
+// version, when stamped by the build (-ldflags "-X main.version=v1.4.0"), replaces the
+// module version Go's build information gives (internal/buildinfo).
+var version string
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -36,7 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "version":
-			fmt.Fprintln(stdout, "meshnode", version)
+			fmt.Fprintln(stdout, "meshnode", buildinfo.Read(version).Version)
 			return nil
 		case "serve":
 			args = args[1:]

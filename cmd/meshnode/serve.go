@@ -15,26 +15,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/internal/buildinfo"
 )
 
 // serve runs the node until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	build := buildinfo.Read(version)
+	met, err := newMetrics(build)
 	if err != nil {
-		return fmt.Errorf("metrics exporter: %w", err)
+		return err
 	}
-	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	defer func() { _ = meters.Shutdown(context.Background()) }()
+	defer func() { _ = met.meters.Shutdown(context.Background()) }()
 
 	tracer, stopTracing, err := startTracing(ctx, cfg)
 	if err != nil {
@@ -45,7 +41,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	// part of the address the node gossips (the dashboard of any member reads this
 	// node's figures there).
 	var adminLn net.Listener
-	nodeCfg := cfg.nodeConfig(log, meters)
+	nodeCfg := cfg.nodeConfig(log, met.meters)
+	nodeCfg.Version = build.Version
 	nodeCfg.TracerProvider = tracer
 	if cfg.admin != "" {
 		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
@@ -61,6 +58,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	id := node.Mesh().ID()
+	met.nodeStarted(id)
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
 	var ready atomic.Bool
@@ -75,7 +73,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(met.registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(adminLn) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
