@@ -23,10 +23,27 @@ import (
 type actorJSON struct {
 	ID                       string `json:"id"`
 	Kind                     string `json:"kind,omitempty"`
-	ObjectGeneration         uint64 `json:"objectGeneration"`
+	ObjectGeneration         uint64 `json:"objectGeneration,string"`
 	Node                     string `json:"node"`
-	NodeGeneration           uint64 `json:"nodeGeneration"`
-	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration"`
+	NodeGeneration           uint64 `json:"nodeGeneration,string"`
+	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration,string"`
+}
+
+// activeActorJSON is one activation of GET /v1/actors and /v1/node/actors.
+type activeActorJSON struct {
+	ID               string `json:"id"`
+	Kind             string `json:"kind"`
+	ObjectGeneration uint64 `json:"objectGeneration,string"`
+	// Arriving: it arrives by a move that has not committed yet.
+	Arriving bool `json:"arriving,omitempty"`
+}
+
+func activeJSON(as []actor.ActiveActor) []activeActorJSON {
+	out := make([]activeActorJSON, len(as))
+	for i, a := range as {
+		out[i] = activeActorJSON{ID: a.ID, Kind: a.Kind, ObjectGeneration: a.ObjectGeneration, Arriving: a.Arriving}
+	}
+	return out
 }
 
 // errorJSON is the body of every 4xx and 5xx answer of the admin API.

@@ -54,7 +54,7 @@ const (
 // two answers and their times.
 type nodeJSON struct {
 	RID        string    `json:"rid"`
-	Generation uint64    `json:"generation"`
+	Generation uint64    `json:"generation,string"`
 	Address    string    `json:"address"`
 	Admin      string    `json:"admin,omitempty"`
 	Time       time.Time `json:"time"`
@@ -90,7 +90,7 @@ type recordsJSON struct {
 // nodeActorsJSON is the answer of GET /v1/node/actors.
 type nodeActorsJSON struct {
 	Total  int                 `json:"total"`
-	Actors []actor.ActiveActor `json:"actors"`
+	Actors []activeActorJSON `json:"actors"`
 	Next   string              `json:"next,omitempty"`
 }
 
@@ -122,7 +122,7 @@ type fleetActorJSON struct {
 	ID               string `json:"id"`
 	Kind             string `json:"kind"`
 	Node             string `json:"node"`
-	ObjectGeneration uint64 `json:"objectGeneration"`
+	ObjectGeneration uint64 `json:"objectGeneration,string"`
 	BoundSessions    int    `json:"boundSessions"`
 }
 
@@ -223,7 +223,7 @@ func (d *dashboard) nodeActors(w http.ResponseWriter, r *http.Request) {
 		start++
 	}
 	page := all[start:min(start+limit, len(all))]
-	out := nodeActorsJSON{Total: len(all), Actors: append([]actor.ActiveActor{}, page...)}
+	out := nodeActorsJSON{Total: len(all), Actors: activeJSON(page)}
 	if start+limit < len(all) {
 		out.Next = page[len(page)-1].ID
 	}
@@ -328,7 +328,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 					answers[i].page.Next = a.ID // only "more follow" matters here
 					break
 				}
-				answers[i].page.Actors = append(answers[i].page.Actors, a)
+				answers[i].page.Actors = append(answers[i].page.Actors, activeJSON([]actor.ActiveActor{a})...)
 			}
 		case m.AdminAddr == "":
 			answers[i].err = fmt.Errorf("no admin address gossiped (started without --admin)")

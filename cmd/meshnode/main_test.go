@@ -64,6 +64,7 @@ func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop fu
 				// meshnode: node RID generation G, mesh ADDR, remote ADDR
 				f := strings.Fields(line)
 				addrs["rid"] = f[2]
+				addrs["generation"] = strings.TrimSuffix(f[4], ",")
 				addrs["mesh"] = strings.TrimSuffix(f[6], ",")
 			case strings.HasPrefix(line, "meshnode: stream "):
 				ep := strings.TrimPrefix(line, "meshnode: stream ")

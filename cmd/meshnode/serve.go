@@ -122,10 +122,11 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	return nil
 }
 
-// memberJSON is one row of GET /v1/members.
+// memberJSON is one row of GET /v1/members. Generations and the other 64-bit ids of
+// the admin API are JSON strings: they exceed 2^53, which JavaScript (and jq) round.
 type memberJSON struct {
 	RID        string `json:"rid"`
-	Generation uint64 `json:"generation"`
+	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
 }
@@ -170,7 +171,7 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, node.Actors().Active())
+		writeJSON(w, activeJSON(node.Actors().Active()))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

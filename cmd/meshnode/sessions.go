@@ -43,9 +43,9 @@ type bindingJSON struct {
 	Session                  uint64 `json:"session,omitempty"`
 	Actor                    string `json:"actor"`
 	Node                     string `json:"node"`
-	ObjectGeneration         uint64 `json:"objectGeneration"`
-	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration"`
-	BindingGeneration        uint64 `json:"bindingGeneration"`
+	ObjectGeneration         uint64 `json:"objectGeneration,string"`
+	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration,string"`
+	BindingGeneration        uint64 `json:"bindingGeneration,string"`
 }
 
 // bindingsJSON is the answer of GET /v1/bindings.
@@ -190,11 +190,7 @@ func runActors(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	var actors []struct {
-		ID               string `json:"id"`
-		Kind             string `json:"kind"`
-		ObjectGeneration uint64 `json:"objectGeneration"`
-	}
+	var actors []activeActorJSON
 	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/actors", &actors); err != nil {
 		return fmt.Errorf("actors: %w", err)
 	}

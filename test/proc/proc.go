@@ -251,7 +251,7 @@ func (n *Node) Kill() {
 // Member is one row of /v1/members.
 type Member struct {
 	RID        string `json:"rid"`
-	Generation uint64 `json:"generation"`
+	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
 }
