@@ -44,6 +44,8 @@ type Config struct {
 	// (mesh.Member.Versions). Empty: the main module's version from the binary's build
 	// information.
 	Version string
+	// Revision is the VCS revision this node announces (empty: the build information's).
+	Revision string
 	// Timing is memberlist's timing: mesh.PresetLAN (default), PresetLocal, PresetTest.
 	Timing mesh.Preset
 	// PeerWindowRecords and PeerWindowBytes bound the records toward one peer node not

@@ -126,7 +126,8 @@ type membership struct {
 	selfLive chan struct{} // closed once this node's own join is applied
 	selfOnce sync.Once
 
-	legacyMeta bool // Config.legacyMeta (tests only)
+	legacyMeta   bool     // Config.legacyMeta (tests only)
+	selfVersions Versions // what this node announces
 
 	// dmax is the delegate protocol maximum of each live memberlist node, by name
 	// (readable metadata or not): metaV3Capable says it reads node metadata version 3.
@@ -514,12 +515,16 @@ func (m *membership) liveMember(id NodeID) *Member {
 	return mem
 }
 
-// members returns every known member sorted by RID.
+// members returns every known member sorted by RID. This node's own entry has its
+// versions even while it gossips metadata older than version 3.
 func (m *membership) members() []Member {
 	t := m.table.Load()
 	out := make([]Member, 0, len(t.byRID))
 	for _, mem := range t.byRID {
 		out = append(out, *mem)
+		if mem.ID == m.self {
+			out[len(out)-1].Versions = m.selfVersions
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID.RID < out[j].ID.RID })
 	return out

@@ -306,7 +306,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	n.members = newMembership(n.id, meta, n.log)
-	n.members.legacyMeta = cfg.legacyMeta
+	n.members.legacyMeta, n.members.selfVersions = cfg.legacyMeta, n.meta.Versions
 	n.membersSet.Store(true)
 	n.unsubFlow = n.members.subscribe(func(ev MemberEvent) {
 		if ev.Type == EventLeft || ev.Type == EventFailed {

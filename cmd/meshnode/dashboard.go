@@ -265,8 +265,7 @@ func (d *dashboard) fleet(w http.ResponseWriter, r *http.Request) {
 			out.Next = out.Members[limit-1].RID
 			break
 		}
-		out.Members = append(out.Members, fleetMemberJSON{memberJSON: memberJSON{RID: m.ID.RID, Generation: m.ID.Generation,
-			Address: m.MeshAddr, State: string(m.State)}, Admin: m.AdminAddr})
+		out.Members = append(out.Members, fleetMemberJSON{memberJSON: memberOf(m), Admin: m.AdminAddr})
 	}
 	d.fanOut(r.Context(), len(out.Members), func(ctx context.Context, i int) {
 		fm := &out.Members[i]

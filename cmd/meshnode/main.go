@@ -16,6 +16,14 @@ import (
 // module version Go's build information gives (internal/buildinfo).
 var version string
 
+// revision, when stamped by the build (-X main.revision=$(git rev-parse HEAD), with
+// "+dirty" for a modified work tree), replaces the VCS revision of the build
+// information: make build and make run stamp it, for builds made with -buildvcs=false.
+var revision string
+
+// build is this binary's build information.
+func build() buildinfo.Info { return buildinfo.Read(version, revision) }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -39,8 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "version":
-			fmt.Fprintln(stdout, "meshnode", buildinfo.Read(version).Version)
-			return nil
+			return runVersion(ctx, args[1:], stdout, stderr)
 		case "serve":
 			args = args[1:]
 		case "members":

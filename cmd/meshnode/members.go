@@ -38,9 +38,17 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("members: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RID\tGENERATION\tADDRESS\tSTATE")
+	fmt.Fprintln(tw, "RID\tGENERATION\tADDRESS\tSTATE\tVERSION\tWIRE")
 	for _, m := range members {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.RID, m.Generation, m.Address, m.State)
+		build, wire := "-", "-" // a build before node metadata version 3 announces none
+		if v := m.Versions; v != nil {
+			build = v.Build
+			if v.Revision != "" {
+				build += " (" + v.Revision + ")"
+			}
+			wire = fmt.Sprintf("stream %d, service %d, meta %d, snapshot %d", v.Stream, v.Service, v.Meta, v.Snapshot)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", m.RID, m.Generation, m.Address, m.State, build, wire)
 	}
 	return tw.Flush()
 }

@@ -18,15 +18,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshnode/meshnode"
-	"github.com/meshnode/meshnode/internal/buildinfo"
+	"github.com/meshnode/meshnode/mesh"
 )
 
 // serve runs the node until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
-	build := buildinfo.Read(version)
-	met, err := newMetrics(build)
+	bi := build()
+	met, err := newMetrics(bi)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	// node's figures there).
 	var adminLn net.Listener
 	nodeCfg := cfg.nodeConfig(log, met.meters)
-	nodeCfg.Version = build.Version
+	nodeCfg.Version, nodeCfg.Revision = bi.Version, bi.ShortRevision()
 	nodeCfg.TracerProvider = tracer
 	if cfg.admin != "" {
 		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
@@ -129,6 +129,21 @@ type memberJSON struct {
 	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
+	// Since is when the answering node saw the member enter its state.
+	Since time.Time `json:"since,omitzero"`
+	// Versions is what the member announces of its build and wire formats; absent for
+	// a member of a build before node metadata version 3 (docs/upgrading.md).
+	Versions *mesh.Versions `json:"versions,omitempty"`
+}
+
+// memberOf is the admin API's view of a member.
+func memberOf(m mesh.Member) memberJSON {
+	mj := memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State), Since: m.Since.UTC()}
+	if !m.Versions.IsZero() {
+		v := m.Versions
+		mj.Versions = &v
+	}
+	return mj
 }
 
 // advertisedAdmin is the admin address peers use: the listener's, with the advertised
@@ -166,7 +181,7 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 		defer cancel()
 		out := []memberJSON{}
 		for _, m := range node.Mesh().Membership().Members(ctx) {
-			out = append(out, memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State)})
+			out = append(out, memberOf(m))
 		}
 		writeJSON(w, out)
 	})

@@ -7,6 +7,7 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	meshwire "github.com/meshnode/meshnode/mesh/wire"
 )
@@ -44,9 +45,10 @@ type Info struct {
 	GoVersion string
 }
 
-// Read returns this binary's build information. override, when not empty, replaces
-// the module version (a version stamped at link time with -ldflags -X).
-func Read(override string) Info {
+// Read returns this binary's build information. version and revision, when not
+// empty, replace the module version and the VCS revision (stamped at link time with
+// -ldflags -X, for a build without VCS information).
+func Read(version string, revision ...string) Info {
 	info := Info{Version: "(devel)", GoVersion: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
@@ -63,8 +65,11 @@ func Read(override string) Info {
 			}
 		}
 	}
-	if override != "" {
-		info.Version = override
+	if version != "" {
+		info.Version = version
+	}
+	if len(revision) > 0 && revision[0] != "" {
+		info.Revision, info.Modified = strings.TrimSuffix(revision[0], "+dirty"), strings.HasSuffix(revision[0], "+dirty")
 	}
 	return info
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/internal/testkit"
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session/connector"
 )
 
@@ -28,30 +29,49 @@ import (
 const Wait = 30 * time.Second
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	builds   = map[string]string{} // version stamped ("" none) -> the binary's path
 )
 
 // Binary builds cmd/meshnode once for the whole test binary and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "meshnode-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "meshnode"), "github.com/meshnode/meshnode/cmd/meshnode")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("build meshnode: %w: %s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	return BinaryVersion(t, "")
+}
+
+// BinaryVersion builds cmd/meshnode with version stamped as its module version
+// (-X main.version; "" stamps none), once per version for the whole test binary, and
+// returns its path: a fleet of several versions.
+func BinaryVersion(t testing.TB, version string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builds[version]; ok {
+		return p
 	}
-	return filepath.Join(buildDir, "meshnode")
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "meshnode-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
+	}
+	name := "meshnode"
+	args := []string{"build"}
+	if version != "" {
+		name += "-" + version
+		args = append(args, "-ldflags", "-X main.version="+version)
+	}
+	path := filepath.Join(buildDir, name)
+	cmd := exec.Command("go", append(args, "-o", path, "github.com/meshnode/meshnode/cmd/meshnode")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build meshnode %s: %v: %s", version, err, out.String())
+	}
+	builds[version] = path
+	return path
 }
 
 // Cleanup removes the built binary; call it from TestMain after the tests ran.
@@ -101,6 +121,9 @@ type Config struct {
 	Args []string
 	// OpenFiles, when positive, runs the process with that open-files limit.
 	OpenFiles int
+	// Version, when set, runs a binary with that module version stamped
+	// (BinaryVersion).
+	Version string
 }
 
 // Node is one running meshnode process.
@@ -123,7 +146,7 @@ var (
 // SIGKILL) when the test ends.
 func Start(t testing.TB, cfg Config) *Node {
 	t.Helper()
-	bin := Binary(t)
+	bin := BinaryVersion(t, cfg.Version)
 	if cfg.Mesh == "" {
 		cfg.Mesh = "127.0.0.1:0"
 	}
@@ -254,6 +277,8 @@ type Member struct {
 	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
+	// Versions is what the member announces (nil: nothing, an older build).
+	Versions *mesh.Versions `json:"versions"`
 }
 
 // Members returns the process's view of the mesh (nil when the admin endpoint does not
