@@ -244,7 +244,7 @@ func (m *membership) refusal() error {
 	if c.admin != "" {
 		admin = ", admin " + c.admin
 	}
-	return fmt.Errorf("%w: node id %q is live in the mesh at %s (generation %d%s): another process has it; start this one with another id (Config.RID, --node-id)",
+	return fmt.Errorf("%w: %q is the live member at %s (generation %d%s); this process was refused and the mesh is unchanged: give it another id (Config.RID, --node-id)",
 		ErrDuplicateRID, m.self.RID, c.addr, c.generation, admin)
 }
 
@@ -616,6 +616,13 @@ func (m *membership) joinLoop(seeds []string, stop <-chan struct{}, first error)
 		if n > 0 && !m.settled.Load() {
 			if m.refusal() != nil {
 				close(m.refused) // the node is closed by its owner; no more joins
+				return
+			}
+			// As in Start: settled once the seed's members are applied, so that the
+			// node sees them when it is told it is in the mesh.
+			select {
+			case <-m.barrier():
+			case <-stop:
 				return
 			}
 			m.settle()

@@ -10,8 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +23,7 @@ import (
 
 // serve runs the node until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	started := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
 	bi := build()
@@ -61,7 +62,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	met.nodeStarted(id)
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
-	var ready atomic.Bool
+	ready := newReadiness()
 	// POST /v1/drain asks for a drain with Actors moved away, as --drain-actors does
 	// for SIGTERM.
 	drainAsked := make(chan struct{})
@@ -73,7 +74,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(met.registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(met.registry, ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(adminLn) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
@@ -92,8 +93,30 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	for _, ep := range node.Endpoints() {
 		fmt.Fprintf(stdout, "meshnode: stream %s\n", ep)
 	}
-	fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
-	ready.Store(true)
+	if len(cfg.join) > 0 {
+		// Ready once a seed answered: a node that serves before it has joined places
+		// Actors as if it were alone.
+		seeds := strings.Join(cfg.join, ", ")
+		ready.notReady("joining the mesh through " + seeds + ": no seed has answered yet")
+		fmt.Fprintf(stdout, "meshnode: joining the mesh through %s\n", seeds)
+		at, err := node.Membership().WaitJoined(ctx)
+		switch {
+		case errors.Is(err, mesh.ErrDuplicateRID):
+			// Refused: the mesh keeps the live member. Stop without a leave (the mesh
+			// sends none for a refused node) and say why.
+			_ = node.Close()
+			stopAdmin()
+			return err
+		case err == nil:
+			fmt.Fprintf(stdout, "meshnode: joined the mesh through %s after %s: %d members alive\n",
+				seeds, at.Sub(started).Round(time.Millisecond), len(node.Membership().Live()))
+			log.Info("joined the mesh", "seeds", seeds, "after", at.Sub(started).Round(time.Millisecond))
+		}
+	}
+	if ctx.Err() == nil {
+		fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
+		ready.ready()
+	}
 
 	moveActors := cfg.drainActors
 	select {
@@ -102,7 +125,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	case <-drainAsked:
 		moveActors = true
 	}
-	ready.Store(false)
+	ready.notReady("draining")
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
 	if moveActors {
@@ -162,7 +185,7 @@ func advertisedAdmin(addr net.Addr, cfg serveConfig) string {
 	return net.JoinHostPort(host, port)
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
+func adminMux(registry *prometheus.Registry, ready *readiness, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
 	mux := http.NewServeMux()
 	adminActors(mux, node, drain)
 	adminSessions(mux, node)
@@ -192,13 +215,7 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+	mux.HandleFunc("GET /readyz", ready.serveHTTP)
 	return mux
 }
 

@@ -133,7 +133,11 @@ type Node struct {
 	Endpoints map[string]string
 	cmd       *exec.Cmd
 	exited    chan struct{}
+	ready     chan struct{} // closed when the process prints "meshnode: ready"
+	admin     chan struct{} // closed when it prints its admin address
+	stdout    *testkit.LockedBuffer
 	stderr    *testkit.LockedBuffer
+	mu        sync.Mutex // guards what the output reader fills in: addresses, endpoints
 }
 
 var (
@@ -145,6 +149,18 @@ var (
 // Start starts a process and waits until it is ready; it is stopped (SIGTERM, then
 // SIGKILL) when the test ends.
 func Start(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	n := Launch(t, cfg)
+	n.WaitReady(t)
+	return n
+}
+
+// Launch starts a process without waiting for it to be ready (WaitReady, WaitAdmin,
+// Exited wait for what a test needs); it is stopped (SIGTERM, then SIGKILL) when the
+// test ends. The process gets the test's environment without its MESHNODE_*
+// variables (the suites' own switches, which the binary would refuse as unknown):
+// its configuration is its flags.
+func Launch(t testing.TB, cfg Config) *Node {
 	t.Helper()
 	bin := BinaryVersion(t, cfg.Version)
 	if cfg.Mesh == "" {
@@ -173,7 +189,8 @@ func Start(t testing.TB, cfg Config) *Node {
 		args = append(args, "--join", j)
 	}
 	args = append(args, cfg.Args...)
-	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &testkit.LockedBuffer{}}
+	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), ready: make(chan struct{}),
+		admin: make(chan struct{}), stdout: &testkit.LockedBuffer{}, stderr: &testkit.LockedBuffer{}}
 	if cfg.OpenFiles > 0 {
 		quoted := make([]string, len(args))
 		for i, a := range args {
@@ -183,6 +200,7 @@ func Start(t testing.TB, cfg Config) *Node {
 	} else {
 		n.cmd = exec.Command(bin, args...)
 	}
+	n.cmd.Env = Environ()
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -192,42 +210,100 @@ func Start(t testing.TB, cfg Config) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Stop)
-	ready := make(chan struct{})
-	var mu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(out)
-		signalled := false
+		var ready, admin bool
 		for sc.Scan() {
 			line := sc.Text()
-			mu.Lock()
+			_, _ = n.stdout.Write([]byte(line + "\n"))
+			n.mu.Lock()
 			if m := reNode.FindStringSubmatch(line); m != nil {
 				n.Mesh, n.Remote = m[1], m[2]
 			}
 			if m := reAdmin.FindStringSubmatch(line); m != nil {
-				n.Admin = m[1]
+				n.Config.Admin = m[1]
 			}
 			if m := reStream.FindStringSubmatch(line); m != nil {
 				n.Endpoints[m[1]] = m[1] + "://" + m[2]
 			}
-			mu.Unlock()
-			if !signalled && strings.HasPrefix(line, "meshnode: ready") {
-				close(ready)
-				signalled = true
+			n.mu.Unlock()
+			if !admin && reAdmin.MatchString(line) {
+				close(n.admin)
+				admin = true
+			}
+			if !ready && strings.HasPrefix(line, "meshnode: ready") {
+				close(n.ready)
+				ready = true
 			}
 		}
 		_ = n.cmd.Wait()
 		close(n.exited)
 	}()
-	select {
-	case <-ready:
-	case <-n.exited:
-		t.Fatalf("meshnode %s exited before it was ready: %s", cfg.ID, n.stderr.Tail(2000))
-	case <-time.After(Wait):
-		t.Fatalf("meshnode %s not ready after %v: %s", cfg.ID, Wait, n.stderr.Tail(2000))
-	}
-	mu.Lock()
-	defer mu.Unlock()
 	return n
+}
+
+// Environ is the test's environment without MESHNODE_* variables: what the kit's
+// processes get.
+func Environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MESHNODE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// WaitReady waits until the process printed "meshnode: ready", failing the test when
+// it exits first or is not ready within Wait.
+func (n *Node) WaitReady(t testing.TB) {
+	t.Helper()
+	n.waitFor(t, n.ready, "ready")
+}
+
+// WaitAdmin waits until the process printed its admin address (Admin is then the
+// real one), failing the test when it exits first or does not within Wait.
+func (n *Node) WaitAdmin(t testing.TB) {
+	t.Helper()
+	n.waitFor(t, n.admin, "serving its admin address")
+}
+
+func (n *Node) waitFor(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-n.exited:
+		t.Fatalf("meshnode %s exited before it was %s: %s", n.ID, what, n.stderr.Tail(2000))
+	case <-time.After(Wait):
+		t.Fatalf("meshnode %s not %s after %v: %s", n.ID, what, Wait, n.stderr.Tail(2000))
+	}
+	n.mu.Lock() // what the reader filled in before closing ch is visible from here
+	n.mu.Unlock()
+}
+
+// Ready reports whether the process has printed "meshnode: ready".
+func (n *Node) Ready() bool {
+	select {
+	case <-n.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stdout returns what the process printed on its standard output so far.
+func (n *Node) Stdout() string { return n.stdout.String() }
+
+// ExitCode waits until the process has exited (at most Wait, failing the test) and
+// returns its exit code.
+func (n *Node) ExitCode(t testing.TB) int {
+	t.Helper()
+	select {
+	case <-n.exited:
+	case <-time.After(Wait):
+		t.Fatalf("meshnode %s still runs after %v: %s", n.ID, Wait, n.stderr.Tail(2000))
+	}
+	return n.cmd.ProcessState.ExitCode()
 }
 
 // Stderr returns the end of the process's log.
