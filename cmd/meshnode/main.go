@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -43,32 +42,3 @@ func main() {
 // errUsage means the flag package already printed what was wrong.
 var errUsage = errors.New("usage")
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			return runVersion(ctx, args[1:], stdout, stderr)
-		case "serve":
-			args = args[1:]
-		case "members":
-			return runMembers(ctx, args[1:], stdout, stderr)
-		case "call":
-			return runCall(ctx, args[1:], stdout, stderr)
-		case "config":
-			return runConfig(ctx, args[1:], stdout, stderr)
-		case "sessions":
-			return runSessions(ctx, args[1:], stdout, stderr)
-		case "actors":
-			return runActors(ctx, args[1:], stdout, stderr)
-		case "relocate":
-			return runRelocate(ctx, args[1:], stdout, stderr)
-		case "drain":
-			return runDrain(ctx, args[1:], stdout, stderr)
-		}
-	}
-	cfg, err := parseServeFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, cfg, stdout, stderr)
-}

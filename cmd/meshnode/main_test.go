@@ -176,7 +176,8 @@ func TestBinaryServesSampleAppAndDrains(t *testing.T) {
 	if err := run(context.Background(), []string{"members", "--admin", addrs["admin"]}, &table, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") || !strings.HasSuffix(lines[1], "alive") {
+	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") ||
+		!strings.Contains(lines[1], " alive ") || !strings.Contains(lines[1], build().Version) || !strings.HasSuffix(lines[1], "stream 1, service 1, meta 3, snapshot 1") {
 		t.Fatalf("members table:\n%s", table.String())
 	}
 

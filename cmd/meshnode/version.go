@@ -15,8 +15,9 @@ import (
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	commandUsage(fs, "version")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("version: unexpected argument %q", fs.Arg(0))
