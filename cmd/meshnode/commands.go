@@ -26,6 +26,7 @@ func commands() []command {
 		{"relocate", "[--admin ADDR] ACTOR-ID NODE-RID", "move an Actor (with its state, sessions kept) to another node", runRelocate},
 		{"drain", "[--admin ADDR] [--wait D]", "move the node's Actors away, drain its sessions, leave; wait until it stopped", runDrain},
 		{"call", "[--stream URL] [--attach ACTOR] SERVICE.MEMBER JSON", "one service call; its JSON result on stdout", runCall},
+		{"bench", "[--stream URL] [--sessions N] [--duration D] [--rate R] [--bind]", "load a node over STREAM and print requests/s, latency percentiles and errors", runBench},
 		{"config", "[serve flags]", "the configuration serve would run with, where each value came from, and the OpenTelemetry settings", runConfig},
 		{"version", "", "the build and the wire versions this binary speaks", runVersion},
 		{"help", "[COMMAND]", "this help, or a command's", nil},

@@ -32,6 +32,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, ce.Error())
 			os.Exit(1)
 		}
+		var bf *benchFailed
+		if errors.As(err, &bf) {
+			fmt.Fprintln(os.Stderr, "meshnode:", bf.Error())
+			os.Exit(1)
+		}
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "meshnode:", err)
 		}

@@ -46,7 +46,7 @@ func TestCLIHelpListsEveryCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("meshnode --help exited %d: %s", code, errs)
 	}
-	for _, cmd := range []string{"serve", "members", "actors", "sessions", "relocate", "drain", "call", "config", "version", "help"} {
+	for _, cmd := range []string{"serve", "members", "actors", "sessions", "relocate", "drain", "call", "bench", "config", "version", "help"} {
 		if !strings.Contains(out, "\n  "+cmd+" ") {
 			t.Errorf("meshnode --help does not list %s:\n%s", cmd, out)
 		}
@@ -56,7 +56,7 @@ func TestCLIHelpListsEveryCommand(t *testing.T) {
 	if !strings.Contains(out, "  -drain-actors\n") || strings.Contains(out, "-drain-actors meshnode") {
 		t.Errorf("the --drain-actors help is garbled:\n%s", out)
 	}
-	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "call"}, {"members", "--help"}, {"call", "-h"}, {"config", "--help"}, {"version", "--help"}} {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "bench"}, {"members", "--help"}, {"bench", "-h"}, {"config", "--help"}, {"version", "--help"}} {
 		code, out, errs := meshnode(t, nil, args...)
 		if code != 0 || out == "" {
 			t.Errorf("meshnode %v: exit %d, stdout %q, stderr %q", args, code, out, errs)
