@@ -48,16 +48,24 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop func() error) {
 	t.Helper()
+	return startBinaryLogging(t, io.Discard, args...)
+}
+
+// startBinaryLogging is startBinary with the node's log written to stderr.
+func startBinaryLogging(t *testing.T, stderr io.Writer, args ...string) (addrs map[string]string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, out, io.Discard) }()
+	go func() { done <- run(ctx, args, out, stderr) }()
 	addrs = map[string]string{}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case line := <-out.lines:
 			switch {
+			case strings.HasPrefix(line, "meshnode: traces: "):
+				addrs["traces"] = strings.TrimPrefix(line, "meshnode: traces: ")
 			case strings.HasPrefix(line, "meshnode: admin http://"):
 				addrs["admin"] = strings.Fields(strings.TrimPrefix(line, "meshnode: admin http://"))[0]
 			case strings.HasPrefix(line, "meshnode: node "):

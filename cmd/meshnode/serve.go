@@ -33,7 +33,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	defer func() { _ = met.meters.Shutdown(context.Background()) }()
 
-	tracer, stopTracing, err := startTracing(ctx, cfg)
+	tracer, stopTracing, err := startTracing(ctx, cfg, log, met.meters, stdout)
 	if err != nil {
 		return err
 	}
