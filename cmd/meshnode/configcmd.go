@@ -78,4 +78,3 @@ func envSource(vars ...string) string {
 	}
 	return "default"
 }
-

@@ -46,4 +46,3 @@ func main() {
 
 // errUsage means the flag package already printed what was wrong.
 var errUsage = errors.New("usage")
-

@@ -25,6 +25,13 @@ func (r *readiness) notReady(reason string) {
 	r.mu.Unlock()
 }
 
+// why returns why the node is not ready ("" when it is).
+func (r *readiness) why() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reason
+}
+
 // ready marks the node ready.
 func (r *readiness) ready() { r.notReady("") }
 

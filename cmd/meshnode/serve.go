@@ -63,6 +63,14 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
 	ready := newReadiness()
+	// The dashboard's series: sampled until the node stops (stopSeries), by a
+	// goroutine this function owns.
+	ser := newSeries(met.reader, log)
+	seriesCtx, cancelSeries := context.WithCancel(context.Background())
+	seriesDone := make(chan struct{})
+	go func() { defer close(seriesDone); ser.run(seriesCtx) }()
+	stopSeries := func() { cancelSeries(); <-seriesDone }
+	defer stopSeries()
 	// POST /v1/drain asks for a drain with Actors moved away, as --drain-actors does
 	// for SIGTERM.
 	drainAsked := make(chan struct{})
@@ -74,7 +82,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(met.registry, ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(adminConfig{registry: met.registry, ready: ready, node: node, pprof: cfg.pprof,
+			drain: askDrain, self: nodeCfg.AdminAddr, started: started, series: ser}), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(adminLn) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
@@ -185,12 +194,25 @@ func advertisedAdmin(addr net.Addr, cfg serveConfig) string {
 	return net.JoinHostPort(host, port)
 }
 
-func adminMux(registry *prometheus.Registry, ready *readiness, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
+// adminConfig is what the admin API serves.
+type adminConfig struct {
+	registry *prometheus.Registry
+	ready    *readiness
+	node     *meshnode.Node
+	pprof    bool        // serve net/http/pprof
+	drain    func() bool // asks the serve loop to drain the node
+	self     string      // this node's admin address as gossiped (empty: none)
+	started  time.Time   // when the process started
+	series   *series     // the dashboard's series
+}
+
+func adminMux(c adminConfig) *http.ServeMux {
 	mux := http.NewServeMux()
-	adminActors(mux, node, drain)
+	node, ready := c.node, c.ready
+	adminActors(mux, node, c.drain)
 	adminSessions(mux, node)
-	adminDashboard(mux, node, self)
-	if withPprof {
+	adminDashboard(mux, node, c.self, ready, c.started, c.series)
+	if c.pprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -211,7 +233,7 @@ func adminMux(registry *prometheus.Registry, ready *readiness, node *meshnode.No
 	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, activeJSON(node.Actors().Active()))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
