@@ -137,7 +137,6 @@ type Node struct {
 	admin     chan struct{} // closed when it prints its admin address
 	stdout    *testkit.LockedBuffer
 	stderr    *testkit.LockedBuffer
-	mu        sync.Mutex // guards what the output reader fills in: addresses, endpoints
 }
 
 var (
@@ -216,7 +215,6 @@ func Launch(t testing.TB, cfg Config) *Node {
 		for sc.Scan() {
 			line := sc.Text()
 			_, _ = n.stdout.Write([]byte(line + "\n"))
-			n.mu.Lock()
 			if m := reNode.FindStringSubmatch(line); m != nil {
 				n.Mesh, n.Remote = m[1], m[2]
 			}
@@ -226,7 +224,6 @@ func Launch(t testing.TB, cfg Config) *Node {
 			if m := reStream.FindStringSubmatch(line); m != nil {
 				n.Endpoints[m[1]] = m[1] + "://" + m[2]
 			}
-			n.mu.Unlock()
 			if !admin && reAdmin.MatchString(line) {
 				close(n.admin)
 				admin = true
@@ -277,8 +274,7 @@ func (n *Node) waitFor(t testing.TB, ch <-chan struct{}, what string) {
 	case <-time.After(Wait):
 		t.Fatalf("meshnode %s not %s after %v: %s", n.ID, what, Wait, n.stderr.Tail(2000))
 	}
-	n.mu.Lock() // what the reader filled in before closing ch is visible from here
-	n.mu.Unlock()
+	// What the output reader filled in before it closed ch is visible from here.
 }
 
 // Ready reports whether the process has printed "meshnode: ready".
