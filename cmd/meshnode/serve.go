@@ -63,6 +63,12 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
 	ready := newReadiness()
+	seeds := strings.Join(cfg.join, ", ")
+	if len(cfg.join) > 0 {
+		// Ready once a seed answered: a node that serves before it has joined places
+		// Actors as if it were alone. Said before the admin address answers.
+		ready.notReady("joining the mesh through " + seeds + ": no seed has answered yet")
+	}
 	// The dashboard's series: sampled until the node stops (stopSeries), by a
 	// goroutine this function owns.
 	ser := newSeries(met.reader, log)
@@ -103,10 +109,6 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "meshnode: stream %s\n", ep)
 	}
 	if len(cfg.join) > 0 {
-		// Ready once a seed answered: a node that serves before it has joined places
-		// Actors as if it were alone.
-		seeds := strings.Join(cfg.join, ", ")
-		ready.notReady("joining the mesh through " + seeds + ": no seed has answered yet")
 		fmt.Fprintf(stdout, "meshnode: joining the mesh through %s\n", seeds)
 		at, err := node.Membership().WaitJoined(ctx)
 		switch {

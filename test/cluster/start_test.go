@@ -32,7 +32,10 @@ func TestNodeIsReadyOnlyOnceItJoinedASeed(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "joining the mesh through "+seedMesh) {
 		t.Fatalf("/readyz before any seed answered: %d %q, want 503 naming the seed", code, body)
 	}
-	if b.Ready() || !strings.Contains(b.Stdout(), "meshnode: joining the mesh through "+seedMesh) {
+	proc.Eventually(t, "node-b says it is joining", func() bool {
+		return strings.Contains(b.Stdout(), "meshnode: joining the mesh through "+seedMesh)
+	})
+	if b.Ready() {
 		t.Fatalf("before joining, the node printed:\n%s", b.Stdout())
 	}
 	// The mesh has no member but node-b: it has joined nobody.
