@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
@@ -209,6 +210,24 @@ func (n *Node) startStream(ctx context.Context) error {
 // ID returns the node's identity (RID and lifecycle generation).
 func (n *Node) ID() mesh.NodeID { return n.mesh.ID() }
 
+// MeshAddr returns the node's gossip address as peers dial it: what another node's
+// Config.Join takes (with port 0 in Config.MeshAddr, the port the OS chose).
+func (n *Node) MeshAddr() string { return n.mesh.MeshAddr() }
+
+// WaitMembers waits until at least count members of the mesh, this node included, are
+// live in this node's view (a fleet being started waits for its nodes before it places
+// Actors), or ctx ends.
+func (n *Node) WaitMembers(ctx context.Context, count int) error {
+	return n.mesh.Membership().WaitLive(ctx, count)
+}
+
+// Where returns the kind of the Actor id and where it lives (its route fence, whose
+// Node is the node hosting it), from the directory, without activating it: an error
+// matching actor.ErrNotFound when it has no activation.
+func (n *Node) Where(ctx context.Context, id string) (kind string, at actor.RouteFence, err error) {
+	return n.actors.Where(ctx, id)
+}
+
 // Mesh returns the node's place in the mesh.
 func (n *Node) Mesh() *mesh.Node { return n.mesh }
 
@@ -274,16 +293,26 @@ const DrainParallel = 8
 
 // Drain takes the node out of the fleet without losing Actor state: it moves every
 // Actor hosted here to the other members (Actor host Drain; from then on nothing new
-// is placed here), then shuts down as Shutdown does (sessions get ServerDrain, the node
-// leaves the mesh). It returns how many Actors moved; the error joins the moves that
-// failed and Shutdown's error.
+// is placed here; a move that fails for a passing reason is tried again until ctx
+// ends), then shuts down as Shutdown does (sessions get ServerDrain, the node leaves
+// the mesh). It returns how many Actors moved.
+//
+// When an Actor could not move, Drain does not shut down: it returns an error naming
+// each one and why (ErrDrainIncomplete), and the node keeps running and serving them,
+// so that nothing is lost. The caller decides: Shutdown then stops the node, and the
+// in-memory state of those Actors with it.
 func (n *Node) Drain(ctx context.Context) (int, error) {
 	moved, err := n.actors.Drain(ctx, DrainParallel)
 	if err != nil {
-		n.log.Warn("meshnode: some Actors could not move off the draining node", "moved", moved, "err", err)
+		n.log.Error("meshnode: some Actors could not move off the draining node; it keeps running", "moved", moved, "err", err)
+		return moved, fmt.Errorf("%w: %w", ErrDrainIncomplete, err)
 	}
-	return moved, errors.Join(err, n.Shutdown(ctx))
+	return moved, n.Shutdown(ctx)
 }
+
+// ErrDrainIncomplete: Drain could not move every Actor off the node (kind
+// Unavailable); the node is still running.
+var ErrDrainIncomplete = fault.New(fault.Unavailable, "meshnode: drain incomplete: the node keeps the Actors that could not move")
 
 // Close stops the node without draining: sessions are closed at once (no
 // session-closing), then as Shutdown.

@@ -51,6 +51,18 @@ type Stopping struct{}
 
 // Actor is the application's Actor: one method, called once per message, never
 // concurrently for one activation.
+//
+// Every message an Actor receives is a pointer, whatever its origin: *Started,
+// *Stopping, *SessionBound, *SessionEnded, *SessionPacket, *T for a type T registered
+// with MessageOf (sent by value or by pointer, from this node or another), *Message for
+// a name not registered here, and *T for a T given to Context.Poster. A type switch
+// therefore lists pointer types only:
+//
+//	switch m := ctx.Message().(type) {
+//	case *actor.Started:
+//	case *Greet:
+//	case *actor.SessionPacket:
+//	}
 type Actor interface {
 	Receive(ctx *Context)
 }

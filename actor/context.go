@@ -82,11 +82,13 @@ type Pending struct {
 
 // Poster returns a function that delivers msg to this activation's Receive in a later
 // turn, from any goroutine (behind what its mailbox already holds); once the activation
-// stopped it does nothing. It is how an Actor gets back the result of work it handed to
+// stopped it does nothing. Like every message, msg arrives as a pointer: a T posted
+// by value is received as *T. It is how an Actor gets back the result of work it handed to
 // a goroutine, to answer a Pending in its own turn.
 func (c *Context) Poster() func(msg any) {
 	h, pid := c.host, c.act.pid
 	return func(msg any) {
+		msg = normalize(msg) // every message arrives as a pointer (Actor)
 		h.system.Root.Send(pid, turnCallback{fn: func(t *Turn) { t.Deliver(msg) }})
 	}
 }

@@ -520,15 +520,20 @@ func responseFence(r *meshpb.LookupResponse) (RouteFence, error) {
 
 // codeError turns a directory error code back into the error it stands for.
 func codeError(code, message string) error {
+	// The peer's message is the whole message (it starts with its sentinel's text or
+	// says what failed); only the identity is rebuilt here, never a second prefix.
+	if message == "" {
+		message = "actor: " + code
+	}
 	for _, sc := range sentinelCodes {
 		if sc.code == code {
-			return fmt.Errorf("%w: %s", sc.err, message)
+			return fault.WithText(sc.err, message)
 		}
 	}
 	if k, ok := fault.KindOf(code); ok {
-		return fault.Errorf(k, "actor: %s", message)
+		return fault.WithText(k, message)
 	}
-	return fault.Errorf(fault.Unavailable, "actor: %s: %s", code, message)
+	return fault.WithText(fault.Unavailable, message+" ("+code+")")
 }
 
 // errorCode is the directory wire code of err.

@@ -235,6 +235,8 @@ type ActiveActor struct {
 	// Arriving: it is arriving by a move that has not committed (its dispatch is
 	// closed; the Actor still serves on its source, or the move is being abandoned).
 	Arriving bool `json:"arriving,omitempty"`
+	// Moving: a move of it away from this node is under way (Relocate, a drain).
+	Moving bool `json:"moving,omitempty"`
 }
 
 // NewHost starts the Actor host of node: it receives record 24, serves directory
@@ -354,7 +356,7 @@ func (h *Host) Active() []ActiveActor {
 	h.mu.Lock()
 	out := make([]ActiveActor, 0, len(h.acts))
 	for id, a := range h.acts {
-		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load()})
+		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load(), Moving: a.moving.Load()})
 	}
 	h.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -711,10 +713,10 @@ func (s *shell) Receive(pctx proto.Context) {
 			s.arrive()
 			return
 		}
-		s.deliver(Started{}, nil, nil)
+		s.deliver(&Started{}, nil, nil)
 	case *proto.Stopping:
 		if s.arrival == nil {
-			s.deliver(Stopping{}, nil, nil)
+			s.deliver(&Stopping{}, nil, nil)
 			if fn := s.h.stopHook(); fn != nil {
 				t := &s.turn
 				s.guard(func() { fn(t) })
@@ -820,7 +822,7 @@ func (s *shell) dispatch(pctx proto.Context, msg any) {
 	case *delivery:
 		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
-		s.deliver(m.msg, m.from, localReply(m.request))
+		s.deliver(m.msg, m.from, s.h.localReply(m.request))
 	case *remoteSend:
 		s.act.dequeued(0)
 		s.act.lastActive.Store(s.h.clock.Load())
@@ -853,13 +855,19 @@ func (s *shell) dispatch(pctx proto.Context, msg any) {
 }
 
 // localReply returns the reply function of a request from this node: it completes the
-// requester's call in-process.
-func localReply(req *requestInfo) func(v any, err error) error {
+// requester's call in-process. A value is checked as a reply to another node would be
+// (its type must be registered), so that Reply behaves the same wherever the requester
+// is: a reply that cannot be sent fails the requester with that error, at once.
+func (h *Host) localReply(req *requestInfo) func(v any, err error) error {
 	if req == nil {
 		return nil
 	}
 	return func(v any, err error) error {
-		if v != nil {
+		if v != nil && err == nil {
+			if cerr := h.checkReply(v); cerr != nil {
+				req.local.complete(nil, cerr)
+				return cerr
+			}
 			if _, raw := v.(*Message); !raw {
 				v = normalize(v)
 			}

@@ -147,6 +147,14 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 		return RouteFence{}, c.err
 	}
 
+	if size := len(c.state) + len(c.layers); size > mesh.MaxRecordPayload {
+		// Sent, it would break the stream to the target and lose what else is on it.
+		h.abortMove(a, m)
+		a.moving.Store(false)
+		return RouteFence{}, fmt.Errorf("actor: move of %s to %s: its captured state is %d bytes: %w (limit %d)",
+			a.fence.Ref, to.ID.RID, size, mesh.ErrRecordTooLarge, mesh.MaxRecordPayload)
+	}
+
 	// 2. Prepare: the target restores without dispatch and answers relay-ready.
 	crc := crc32.Update(crc32.Checksum(c.state, castagnoli), castagnoli, c.layers)
 	pctx, cancel := context.WithTimeout(ctx, movePrepareTimeout)
@@ -598,7 +606,7 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 	}
 	s.act.arriving.Store(false)
 	close(s.act.arrived)
-	s.deliver(Started{Moved: true}, nil, nil)
+	s.deliver(&Started{Moved: true}, nil, nil)
 	pending := s.held
 	s.held = nil
 	for _, msg := range pending {
@@ -703,7 +711,7 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 			if !h.awaitArrival(ctx, id) {
 				return // it stopped (a move here was abandoned): nothing to move
 			}
-			_, err := h.Relocate(ctx, id, to.RID)
+			err := h.drainOne(ctx, id, to.RID)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -715,6 +723,32 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 	}
 	wg.Wait()
 	return moved, errors.Join(errs...)
+}
+
+// drainOne moves id to the node rid for Drain, trying again while the failure is one
+// that passes (the target or a session owner unavailable for a moment, another move of
+// it under way), with backoff, until ctx ends: an Actor left behind loses its state
+// when the node stops. An Actor that stopped meanwhile has nothing left to move.
+func (h *Host) drainOne(ctx context.Context, id, rid string) error {
+	delay := 50 * time.Millisecond
+	for {
+		_, err := h.Relocate(ctx, id, rid)
+		if err == nil {
+			return nil
+		}
+		if _, active := h.local(id); !active {
+			return nil
+		}
+		if !errors.Is(err, fault.Unavailable) && !errors.Is(err, ErrMoving) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // awaitArrival waits until the local activation of id, if it is arriving by a move,

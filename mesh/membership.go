@@ -419,7 +419,11 @@ func (m *membership) apply(ev rawEvent) {
 		if e.Member.ID == m.self && e.Type == EventJoined {
 			m.selfOnce.Do(func() { close(m.selfLive) })
 		}
-		m.log.Info("mesh: member "+e.Type.String(), "rid", e.Member.ID.RID, "generation", e.Member.ID.Generation, "addr", e.Member.MeshAddr)
+		lv := slog.LevelInfo
+		if e.Type == EventFailed {
+			lv = slog.LevelWarn // a member that died without leaving is a fault; a leave is not
+		}
+		m.log.Log(context.Background(), lv, "mesh: member "+e.Type.String(), "rid", e.Member.ID.RID, "generation", e.Member.ID.Generation, "addr", e.Member.MeshAddr)
 		m.emit(e)
 	}
 }
@@ -515,6 +519,16 @@ func (m *membership) liveMember(id NodeID) *Member {
 	return mem
 }
 
+// liveAt returns the live member whose remote address is addr.
+func (m *membership) liveAt(addr string) (Member, bool) {
+	for _, mem := range m.table.Load().byRID {
+		if mem.RemoteAddr == addr && (mem.State == StateAlive || mem.State == StateSuspect) {
+			return *mem, true
+		}
+	}
+	return Member{}, false
+}
+
 // members returns every known member sorted by RID. This node's own entry has its
 // versions even while it gossips metadata older than version 3.
 func (m *membership) members() []Member {
@@ -570,9 +584,18 @@ type suspicionCounts struct {
 type slogWriter struct {
 	log    *slog.Logger
 	counts *suspicionCounts
+	// stopping: once this node is stopping, memberlist's complaints (a gossip sent on
+	// the transport its own shutdown just closed) are the shutdown, not a fault.
+	stopping *atomic.Bool
 	// onSuspect is told the name of each member this node's failure detector suspects.
 	onSuspect func(name string)
 }
+
+// memberlistLevels maps memberlist's log prefixes to levels.
+var memberlistLevels = []struct {
+	prefix string
+	level  slog.Level
+}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}, {"[ERROR]", slog.LevelError}}
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
@@ -589,12 +612,15 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	level := slog.LevelInfo
-	for prefix, l := range map[string]slog.Level{"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError} {
-		if strings.HasPrefix(msg, prefix) {
-			level = l
-			msg = strings.TrimSpace(strings.TrimPrefix(msg, prefix))
+	for _, l := range memberlistLevels {
+		if strings.HasPrefix(msg, l.prefix) {
+			level = l.level
+			msg = strings.TrimSpace(strings.TrimPrefix(msg, l.prefix))
 			break
 		}
+	}
+	if w.stopping != nil && w.stopping.Load() {
+		level = slog.LevelDebug
 	}
 	w.log.Log(context.Background(), level, msg, "component", "memberlist")
 	return len(p), nil

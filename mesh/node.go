@@ -154,6 +154,7 @@ type Node struct {
 	recordsView    Records
 	unsubFlow      func()
 	deadLetters    *eventstream.Subscription
+	endpointEvents *eventstream.Subscription // protoactor endpoint writers: connections lost
 	undeliverable  atomic.Pointer[func(env *meshpb.Envelope, actorName string) bool]
 }
 
@@ -219,7 +220,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
-	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, onSuspect: func(name string) { n.members.suspected(name) }}, "", 0)
+	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping,
+		onSuspect: func(name string) { n.members.suspected(name) }}, "", 0)
 	nt, err := gossipnet.New([]string{cfg.BindHost}, cfg.MeshPort, mlLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
@@ -265,7 +267,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			experimental.WithBufferPool(&grpcBuffers),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcCodec)),
 		),
-		remote.WithServerOptions(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 			experimental.BufferPool(&grpcBuffers), grpc.ForceServerCodecV2(grpcCodec)),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a
@@ -284,6 +286,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: remote: %w", err)
 	}
 	n.deadLetters = n.system.EventStream.Subscribe(n.onDeadLetter)
+	n.endpointEvents = n.system.EventStream.Subscribe(n.onEndpointEvent)
 	recordsProps := actor.PropsFromProducer(func() actor.Actor { return &recordsActor{n: n} },
 		actor.WithMailbox(func() actor.Mailbox { return recordsMailbox{Mailbox: actor.Unbounded()(), n: n} }),
 		actor.WithDispatcher(n.pool))
@@ -532,6 +535,9 @@ func (n *Node) shutdownTransport() {
 	n.metrics.unregister()
 	if n.deadLetters != nil {
 		n.system.EventStream.Unsubscribe(n.deadLetters)
+	}
+	if n.endpointEvents != nil {
+		n.system.EventStream.Unsubscribe(n.endpointEvents)
 	}
 	n.remote.Shutdown(false)
 	n.system.Shutdown()

@@ -63,6 +63,30 @@ func (m *Membership) Subscribe(fn func(MemberEvent)) (unsubscribe func()) {
 	return m.n.members.subscribe(fn)
 }
 
+// WaitLive waits until at least n members (this node included) are live in this
+// node's view, or ctx ends (its error, wrapped, naming how many are live).
+func (m *Membership) WaitLive(ctx context.Context, n int) error {
+	changed := make(chan struct{}, 1)
+	unsubscribe := m.Subscribe(func(MemberEvent) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer unsubscribe()
+	for {
+		live := len(m.Live())
+		if live >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fault.Errorf(fault.DeadlineExceeded, "mesh: %d of the %d members waited for are live: %w", live, n, ctx.Err())
+		}
+	}
+}
+
 // FailureBound is the longest a member of this mesh can take to declare a peer failed
 // that it can no longer reach: memberlist's suspicion timeout when no other member
 // confirms the suspicion (the node alone on its side of a partition), plus one probe.
@@ -202,6 +226,13 @@ func (r *Records) Arrived(env *meshpb.Envelope) bool { return r.n.arrived(env) }
 // DropStale counts and logs a valid record that a receiver found stale (a fence that
 // is no longer current).
 func (r *Records) DropStale(from NodeID, detail string) { r.n.dropStale(from, detail) }
+
+// DropExpected counts a stale_target drop that is the expected end of a race (a push
+// that crossed its session's close, say) and logs it at debug level only: DropStale is
+// for records no correct peer sends.
+func (r *Records) DropExpected(from NodeID, detail string) {
+	r.n.dropExpected(DropStaleTarget, from, detail)
+}
 
 // OnUndeliverable installs fn to see envelopes addressed to a local actor that does
 // not exist (by name); fn reports whether it took care of the envelope. Otherwise the

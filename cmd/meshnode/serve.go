@@ -144,6 +144,13 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		var moved int
 		moved, err = node.Drain(dctx)
 		fmt.Fprintf(stdout, "meshnode: moved %d Actors to other members\n", moved)
+		if errors.Is(err, meshnode.ErrDrainIncomplete) {
+			// The process must end; what could not move is lost with it, loudly.
+			log.Error("drain: stopping with Actors that could not move; their in-memory state is lost", "err", err)
+			sctx, scancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
+			err = errors.Join(err, node.Shutdown(sctx))
+			scancel()
+		}
 	} else {
 		log.Info("draining sessions", "timeout", cfg.drainTimeout)
 		err = node.Shutdown(dctx)

@@ -91,7 +91,10 @@ func (r rooms) relay(ctx context.Context, p *session.Packet) error {
 }
 
 // Room is the sample Actor: it answers room.echo and pushes room.say back to its
-// bound session. Its state (how many room.echo requests it served) moves with it.
+// bound session. Its state (how many room.echo requests it served) moves with it. One
+// session at a time is bound to a room: a second bind replaces the first session
+// (which gets room.replaced and is closed), so this is a one-client room, not a chat
+// room shared by many.
 type Room struct {
 	State RoomState
 }

@@ -2,6 +2,7 @@ package meshtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -235,7 +236,11 @@ func (c *Cluster) Drain(i int) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return n.Drain(ctx)
+	moved, err := n.Drain(ctx)
+	if errors.Is(err, meshnode.ErrDrainIncomplete) {
+		_ = n.Close() // the node kept running with what could not move: the test kit stops it
+	}
+	return moved, err
 }
 
 // Kill stops node i as a crash would, without leaving or draining: the others detect
