@@ -236,9 +236,16 @@ func (r *benchResult) run(ctx context.Context, c benchConfig, s benchSession, pa
 			return // interrupted: this request is neither counted nor failed
 		}
 		if err != nil {
-			r.fail("request", err)
 			var ce *connector.CloseError
-			if errors.As(err, &ce) || errors.Is(err, connector.ErrDisconnected) {
+			if !errors.As(err, &ce) && errors.Is(err, connector.ErrDisconnected) {
+				// The connection dropped before the request went out: why it dropped
+				// (the node's session-closing, say) is the connector's last drop.
+				if d := s.c.LastDrop(); d != nil {
+					err = d
+				}
+			}
+			r.fail("request", err)
+			if errors.Is(err, connector.ErrDisconnected) {
 				return // the session is gone: no point in sending more
 			}
 		} else {
