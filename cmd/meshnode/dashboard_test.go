@@ -90,6 +90,16 @@ func TestDashboard_ShowsBothNodesSessionBindingAndRecords(t *testing.T) {
 		}
 	}
 	echo(3)
+	// Two sessions, one per node, follow a topic: the dashboard's topics show it with its
+	// fleet-wide subscribers.
+	if err := c.Request(ctx, "subscribe", map[string]string{"topic": "dash-topic"}, nil); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	cb := testkit.DialConnector(t, b["tcp"], 10*time.Second)
+	defer cb.Close()
+	if err := cb.Request(ctx, "subscribe", map[string]string{"topic": "dash-topic"}, nil); err != nil {
+		t.Fatalf("subscribe on node-b: %v", err)
+	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.Headless,
 		chromedp.NoSandbox, // the tests run as root, where Chromium's sandbox refuses to start
@@ -116,10 +126,15 @@ func TestDashboard_ShowsBothNodesSessionBindingAndRecords(t *testing.T) {
 		t.Fatalf("open the dashboard: %v", err)
 	}
 	waitFor("both members alive", `document.querySelectorAll('[data-testid="member-row"][data-state="alive"]').length === 2`)
-	waitFor("one session and one binding", text("fleet-sessions")+` === "1" && `+text("fleet-bindings")+` === "1"`)
+	waitFor("two sessions and one binding", text("fleet-sessions")+` === "2" && `+text("fleet-bindings")+` === "1"`)
 	waitFor("the room on node-b with one bound session", `(() => {
 		const r = document.querySelector('[data-testid="actor-row"][data-actor="dash-room"]');
 		return r !== null && r.children[2].textContent === "node-b" && r.querySelector('[data-testid="actor-bound"]').textContent === "1";
+	})()`)
+	waitFor("the topic with two subscribers over two nodes", `(() => {
+		const r = document.querySelector('[data-testid="topic-row"]');
+		return r !== null && r.children[0].textContent === "dash-topic" &&
+			r.querySelector('[data-testid="topic-subscribers"]').textContent === "2" && r.children[2].textContent === "node-a 1, node-b 1";
 	})()`)
 	waitFor("records on both nodes", `document.querySelectorAll('[data-testid="node-card"]').length === 2 && Number(`+text("fleet-records")+`) > 0`)
 	before, err := chromedp.Run(bctx, chromedp.Evaluate[string](text("fleet-records")))
@@ -199,7 +214,7 @@ func TestDashboard_ShowsBothNodesSessionBindingAndRecords(t *testing.T) {
 	for range extra {
 		more = append(more, testkit.DialConnector(t, a["tcp"], 10*time.Second))
 	}
-	waitFor("a page of the 25 sessions", text("fleet-sessions")+` === "25" && document.querySelectorAll('[data-testid="session-row"]').length === 20 && !document.querySelector('[data-testid="sessions-next"]').disabled`)
+	waitFor("a page of node-a's 25 sessions", text("fleet-sessions")+` === "26" && document.querySelectorAll('[data-testid="session-row"]').length === 20 && !document.querySelector('[data-testid="sessions-next"]').disabled`)
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`[data-testid="sessions-next"]`))); err != nil {
 		t.Fatal(err)
 	}

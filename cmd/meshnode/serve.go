@@ -226,6 +226,7 @@ func adminMux(c adminConfig) *http.ServeMux {
 	node, ready := c.node, c.ready
 	adminActors(mux, node, c.drain)
 	adminSessions(mux, node)
+	adminTopics(mux, node)
 	adminDashboard(mux, node, c.self, ready, c.started, c.series)
 	if c.pprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a

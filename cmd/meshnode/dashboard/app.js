@@ -186,6 +186,18 @@ function renderActors(a) {
   renderPager(pagers.actors, a.actors.length, a.total);
 }
 
+// renderTopics shows the topics with subscribers anywhere in the fleet, as this node
+// knows them (presence is eventually consistent), and this node's topic figures.
+function renderTopics(t) {
+  const rows = t.topics.map((x) => el("tr", { "data-testid": "topic-row" },
+    el("td", {}, x.topic), el("td", { "data-testid": "topic-subscribers" }, x.subscribers),
+    el("td", {}, x.nodes.map((n) => `${n.rid} ${n.subscribers}`).join(", "))));
+  document.getElementById("topics").replaceChildren(...rows);
+  const st = t.stats;
+  setText("topics-count", `(${t.total}${t.next ? ", first " + t.topics.length : ""}; this node: ` +
+    `${st.publishes} published, ${st.deliveries} delivered, ${st.droppedSlow} slow subscribers dropped)`);
+}
+
 function renderSessions(s) {
   pagers.sessions.next = s.next || "";
   const rows = s.sessions.map((x) => el("tr", { "data-testid": "session-row" },
@@ -327,15 +339,17 @@ async function refresh() {
   if (running) return; // the poll in flight schedules the next one
   running = true;
   try {
-    const [f, a, s] = await Promise.all([
+    const [f, a, s, t] = await Promise.all([
       getJSON("/v1/fleet?" + pageQuery(pagers.members)),
       getJSON("/v1/fleet/actors?" + pageQuery(pagers.actors)),
       getJSON("/v1/sessions?" + pageQuery(pagers.sessions)),
+      getJSON("/v1/topics?limit=50"),
     ]);
     renderFleet(f);
     renderActors(a);
     setText("sessions-node", f.self);
     renderSessions(s);
+    renderTopics(t);
     const st = document.getElementById("status");
     st.className = "status ok";
     st.textContent = "updated " + new Date().toLocaleTimeString();
