@@ -482,7 +482,7 @@ func (h *Hub) publishNext(ctx context.Context, pub string, seqs map[string]uint6
 	}
 	seqs[topic] = seq
 	h.stats.publishes.Add(1)
-	ct := contentType(h.opts.Codecs, m.Codec)
+	ct := h.opts.Codecs.ContentTypeOf(m.Codec)
 	nodes := h.reg.nodesFor(topic)
 	if len(nodes) > 0 {
 		rec := &wire.Record{Body: &wire.TopicPublish{Topic: topic, Publisher: pub, Sequence: seq},
@@ -520,7 +520,7 @@ func (h *Hub) onPublish(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	h.order.admit(from, body.Publisher, body.Topic, body.Sequence, rec.Payload.PacketName,
-		codecOf(h.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data)
+		h.opts.Codecs.CodecOf(rec.Payload.ContentType), rec.Payload.Data)
 }
 
 // deliver writes one message to this node's subscribers of topic: the frame is encoded
@@ -578,20 +578,4 @@ func (h *Hub) dropSlow(s *subscriber) {
 	for topic, n := range changed {
 		h.reg.localChanged(topic, n)
 	}
-}
-
-// contentType returns the content type of a STREAM codec number.
-func contentType(codecs *codec.Registry, id swire.Codec) string {
-	if c, err := codecs.Lookup(id); err == nil {
-		return c.ContentType()
-	}
-	return codec.ContentTypeRaw
-}
-
-// codecOf returns the STREAM codec number of a content type (raw when unknown).
-func codecOf(codecs *codec.Registry, ct string) swire.Codec {
-	if c, err := codecs.ByContentType(ct); err == nil {
-		return c.ID()
-	}
-	return swire.CodecRaw
 }
