@@ -4,6 +4,12 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
+# The revision the binary announces (meshnode version, /v1/members), for builds
+# without Go's VCS stamping (-buildvcs=false); a stamped VERSION replaces the module
+# version (make build VERSION=v1.4.0).
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo +dirty)
+VERSION   ?=
+LDFLAGS   := -X main.revision=$(REVISION) $(if $(VERSION),-X main.version=$(VERSION))
 
 # A pipe fails when any command in it fails (go test | tee must not hide a failure).
 SHELL       := /bin/bash
@@ -13,7 +19,7 @@ SHELL       := /bin/bash
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
-	$(GO) run ./cmd/meshnode
+	$(GO) run -ldflags '$(LDFLAGS)' ./cmd/meshnode
 
 ## cluster: three local meshnodes joined together (Ctrl-C stops them)
 cluster:
@@ -25,7 +31,7 @@ proto:
 
 ## build: the binary in bin/
 build:
-	$(GO) build -o bin/meshnode ./cmd/meshnode
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/meshnode ./cmd/meshnode
 
 ## test: vet, the whole suite with the race detector, the contract suites again with
 ## the fast paths off, every benchmark once (so none rots); the short abuse suite runs

@@ -512,6 +512,9 @@ func (n *Node) authorized(names []string, addr string, msg any) bool {
 // stream (reason, and the address it came from); ok is false for other lines. These
 // are memberlist v0.7.0's messages; TestGossip_* fail if an upgrade changes them.
 func gossipRefusal(msg string) (reason, from string, ok bool) {
+	if strings.Contains(msg, "failed to join") {
+		return "", "", false // this node's own join, refused by its seed: not a refusal of this node's
+	}
 	switch {
 	case strings.Contains(msg, "unacceptable label"):
 		reason = "label"

@@ -20,7 +20,7 @@ import (
 func TestGossip_RefusalLinesOfMemberlistAreClassified(t *testing.T) {
 	cases := map[string]string{
 		"[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed from=10.0.0.9:7946":               "wrong_key",
-		"[ERR] memberlist: failed to receive: no installed keys could decrypt the message from=10.0.0.9:51234":             "wrong_key",
+		"[ERR] memberlist: failed to receive: no installed keys could decrypt the message from=10.0.0.9:51234":            "wrong_key",
 		"[ERR] memberlist: failed to receive: encryption is configured but remote state is not encrypted from=10.0.0.9:1": "unencrypted",
 		"[ERR] memberlist: failed to receive: remote state is encrypted and encryption is not configured from=10.0.0.9:1": "encrypted",
 		`[ERR] memberlist: discarding packet with unacceptable label "staging": from=10.0.0.9:7946`:                       "label",
@@ -32,8 +32,11 @@ func TestGossip_RefusalLinesOfMemberlistAreClassified(t *testing.T) {
 			t.Errorf("%q: %q from %q (%v), want %q", line, reason, from, ok, want)
 		}
 	}
-	if _, _, ok := gossipRefusal("[DEBUG] memberlist: Stream connection from=127.0.0.1:1"); ok {
-		t.Error("an ordinary line taken for a refusal")
+	for _, line := range []string{"[DEBUG] memberlist: Stream connection from=127.0.0.1:1",
+		"[DEBUG] memberlist: failed to join 127.0.0.1:7946: no installed keys could decrypt the message"} {
+		if _, _, ok := gossipRefusal(line); ok {
+			t.Errorf("%q taken for a refusal of this node's", line)
+		}
 	}
 }
 

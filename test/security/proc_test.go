@@ -271,7 +271,9 @@ func TestProc_WrongGossipKeyCannotJoin(t *testing.T) {
 	fleet := startSecured(t, f, 2)
 	other := newFleetFiles(t) // another CA and another key
 	other.pki = f.pki         // a valid certificate: only the key differs
-	outsider := proc.Start(t, proc.Config{ID: "outsider", Args: other.args(t, "outsider"), Join: []string{fleet[0].Mesh}})
+	// It never joins, so it never becomes ready: it only serves its admin address.
+	outsider := proc.Launch(t, proc.Config{ID: "outsider", Args: other.args(t, "outsider"), Join: []string{fleet[0].Mesh}})
+	outsider.WaitAdmin(t)
 	proc.Eventually(t, "node-0 refuses the outsider's gossip more than once", func() bool {
 		return fleet[0].Metric("meshnode_mesh_gossip_refused_total", "reason=wrong_key") >= 2
 	})
@@ -283,8 +285,8 @@ func TestProc_WrongGossipKeyCannotJoin(t *testing.T) {
 			t.Fatalf("%s: %v", p.ID, p.Members())
 		}
 	}
-	if got := outsider.Alive(); got != 1 {
-		t.Fatalf("the outsider sees %d members alive", got)
+	if got := outsider.Alive(); got != 1 || outsider.Ready() {
+		t.Fatalf("the outsider sees %d members alive (ready %v)", got, outsider.Ready())
 	}
 }
 
@@ -332,11 +334,12 @@ func TestProc_GossipKeyRotationWithALiveFleet(t *testing.T) {
 	}
 	stale := newFleetFiles(t)
 	stale.pki, stale.key = f.pki, old
-	s := proc.Start(t, proc.Config{ID: "stale", Args: stale.args(t, "stale"), Join: []string{fleet[0].Mesh}, Timing: "lan"})
+	s := proc.Launch(t, proc.Config{ID: "stale", Args: stale.args(t, "stale"), Join: []string{fleet[0].Mesh}, Timing: "lan"})
+	s.WaitAdmin(t)
 	proc.Eventually(t, "node-0 refuses the old key", func() bool {
 		return fleet[0].Metric("meshnode_mesh_gossip_refused_total", "reason=wrong_key") > 0
 	})
-	if s.Alive() != 1 {
+	if s.Alive() != 1 || s.Ready() {
 		t.Fatalf("a node with only the old key joined: %v", s.Members())
 	}
 	joiner := newFleetFiles(t)
