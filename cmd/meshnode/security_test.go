@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -409,3 +410,41 @@ func TestReadyz_ShowsACertificateThatExpiresSoon(t *testing.T) {
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// On a node's host a command needs no credential flag: given the node's config file it
+// takes the node's token and, with admin-tls, its certificate, CA and node id.
+func TestAdmin_CommandsTakeTheNodesOwnCredentialsFromItsConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	p, err := testkit.NewFleetPKI("fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.IssueFiles(dir, "solo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := writeFile(t, dir, "admin.token", testToken+"\n")
+	admin := fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t))
+	cfgFile := writeFile(t, dir, "meshnode.toml", fmt.Sprintf(`node-id = "solo"
+admin = %q
+mesh = "127.0.0.1:0"
+remote = "127.0.0.1:0"
+stream = ["tcp://127.0.0.1:0"]
+mesh-tls-cert = %q
+mesh-tls-key = %q
+mesh-tls-ca = %q
+admin-token-file = %q
+admin-tls = true
+`, admin, f.Cert, f.Key, f.CA, tokenFile))
+	_, stop := startBinary(t, "--config", cfgFile)
+	defer func() { _ = stop() }()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"members", "--config", cfgFile}, &out, io.Discard); err != nil || !strings.Contains(out.String(), "solo") {
+		t.Fatalf("members --config: %v\n%s", err, out.String())
+	}
+	// The same without the file: no credentials, refused.
+	err = run(context.Background(), []string{"members", "--admin", admin}, &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "rejected") {
+		t.Fatalf("members without credentials: %v", err)
+	}
+}
