@@ -83,8 +83,8 @@ const (
 	// use 6-7 MiB, 11 MiB.
 	deafRSS, deafHeap = 100 * mib, 32 * mib
 	// The slow reader of relayed replies, on both nodes: peak RSS 33-41 MiB, heap
-	// 6-13 MiB in either form. Without the write queue's bound node a reached 244 MiB
-	// (heap 187 MiB) in the short form's 3 s.
+	// 6-13 MiB in either form. Without the write queue's bound node a reached 244 and
+	// 316 MiB (heap 187 and 183 MiB) in the short form's 3 s, in two runs.
 	slowRSS, slowHeap = 100 * mib, 32 * mib
 	// A connection that announced a 65,000-byte frame and sent 100 bytes: heap +5-9
 	// KiB, RSS +10-16 KiB each; a trickling one RSS +15-18 KiB each.
