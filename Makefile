@@ -4,16 +4,22 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.7.0
+# The revision the binary announces (meshnode version, /v1/members), for builds
+# without Go's VCS stamping (-buildvcs=false); a stamped VERSION replaces the module
+# version (make build VERSION=v1.4.0).
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo +dirty)
+VERSION   ?=
+LDFLAGS   := -X main.revision=$(REVISION) $(if $(VERSION),-X main.version=$(VERSION))
 
 # A pipe fails when any command in it fails (go test | tee must not hide a failure).
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: run test chromium bench bench-once idle abuse chaos fuzz lint build cluster proto
+.PHONY: run test chromium postgresql bench bench-once idle abuse chaos fuzz lint build cluster proto
 
 ## run: one meshnode on loopback with the sample app (tcp 7400, ws 7401, admin 9464)
 run:
-	$(GO) run ./cmd/meshnode
+	$(GO) run -ldflags '$(LDFLAGS)' ./cmd/meshnode
 
 ## cluster: three local meshnodes joined together (Ctrl-C stops them)
 cluster:
@@ -25,14 +31,15 @@ proto:
 
 ## build: the binary in bin/
 build:
-	$(GO) build -o bin/meshnode ./cmd/meshnode
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/meshnode ./cmd/meshnode
 
 ## test: vet, the whole suite with the race detector, the contract suites again with
 ## the fast paths off, every benchmark once (so none rots); the short abuse suite runs
 ## last, alone and without the race detector, since it measures latencies against real
 ## processes (under -race its own clients are what it measures). Chromium is
-## installed first when missing (the dashboard test drives a real browser).
-test: chromium
+## installed first when missing (the dashboard test drives a real browser), and so is
+## PostgreSQL (the store's tests start throw-away servers of their own).
+test: chromium postgresql
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /test/abuse)
 	MESHNODE_TEST_FAST_PATHS=off $(GO) test -race -count=1 -timeout 10m ./session/connector ./test/stream ./mesh ./test/binding
@@ -43,6 +50,11 @@ test: chromium
 ## Debian's chromium when none is; fails, saying why, where it cannot)
 chromium:
 	@./scripts/ensure-chromium.sh
+
+## postgresql: PostgreSQL's server binaries for the tests that start their own server
+## (apt-get installs Debian's postgresql when they are missing)
+postgresql:
+	@./scripts/ensure-postgresql.sh
 
 ## bench: the benchmarks, with their baselines in the same run, then the report of
 ## docs/benchmarks.md's goals; fails when a benchmark fails, or a goal is missed or

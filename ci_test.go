@@ -10,7 +10,7 @@ import (
 )
 
 // README and CI agree: the Debian packages the set-up table of README.md names are
-// exactly those .ci/run installs (itself or through scripts/ensure-chromium.sh), and
+// exactly those .ci/run installs (itself or through the scripts/ensure-*.sh it runs), and
 // .ci/run runs make lint before make test. A tool a test needs that README does not
 // name, or that CI installs without README saying why, fails here.
 func TestCI_InstallsWhatREADMENamesAndLintsFirst(t *testing.T) {
@@ -18,8 +18,8 @@ func TestCI_InstallsWhatREADMENamesAndLintsFirst(t *testing.T) {
 	named := readmePackages(t, readme)
 	ci := readFile(t, ".ci/run")
 	installed := aptInstalls(ci)
-	if strings.Contains(ci, "./scripts/ensure-chromium.sh") {
-		installed = append(installed, aptInstalls(readFile(t, "scripts/ensure-chromium.sh"))...)
+	for _, script := range calledScripts.FindAllString(ci, -1) {
+		installed = append(installed, aptInstalls(readFile(t, strings.TrimPrefix(script, "./")))...)
 	}
 	slices.Sort(named)
 	slices.Sort(installed)
@@ -76,6 +76,9 @@ func readmePackages(t *testing.T, readme string) []string {
 }
 
 var backquoted = regexp.MustCompile("`([^`]+)`")
+
+// calledScripts matches the scripts of the repository .ci/run runs.
+var calledScripts = regexp.MustCompile(`(?m)^\./scripts/[\w.-]+\.sh`)
 
 // aptInstalls returns the packages of every "apt-get install" command in a shell
 // script (not those quoted in a message).

@@ -1,11 +1,14 @@
 package meshnode
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/meshnode/meshnode/services"
+	"github.com/meshnode/meshnode/topic"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -15,6 +18,9 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/store"
+	"github.com/meshnode/meshnode/store/boltstore"
+	"github.com/meshnode/meshnode/store/pgstore"
 )
 
 // Config is everything one node is: its identity and mesh timing, its STREAM listeners
@@ -40,6 +46,12 @@ type Config struct {
 	// dashboard can read every member's figures. It must be dialable by peers (not a
 	// wildcard host). Empty: none is gossiped.
 	AdminAddr string
+	// Version is the build version this node announces to the other members
+	// (mesh.Member.Versions). Empty: the main module's version from the binary's build
+	// information.
+	Version string
+	// Revision is the VCS revision this node announces (empty: the build information's).
+	Revision string
 	// Timing is memberlist's timing: mesh.PresetLAN (default), PresetLocal, PresetTest.
 	Timing mesh.Preset
 	// PeerWindowRecords and PeerWindowBytes bound the records toward one peer node not
@@ -102,6 +114,25 @@ type Config struct {
 	MaxPanics       int
 	PanicWindow     time.Duration
 
+	// Actor state that survives a crash (docs/persistence.md).
+
+	// Store keeps the state of the kinds that persist it (actor.Kind Persist). A Store
+	// given here is the caller's: the node does not close it. When nil, StoreURL names
+	// the store, or else DataDir holds an embedded one; with none of the three the node
+	// has no store, and a kind that persists fails the start.
+	Store store.Store
+	// StoreURL is bolt:PATH (an embedded bbolt file), postgres://user:password@host:port/db
+	// (PostgreSQL, for a fleet: every node the same URL) or memory: (this process only).
+	StoreURL string
+	// DataDir is the node's own directory: with no Store and no StoreURL, the embedded
+	// store is DataDir/state.db (created when missing).
+	DataDir string
+	// StoreTimeout bounds one store operation (0: actor.DefaultStoreTimeout); a save
+	// that takes longer fails with an unknown outcome. MaxStateSize is the largest state
+	// a save writes to a store the node opens (0: store.DefaultMaxStateSize).
+	StoreTimeout time.Duration
+	MaxStateSize int
+
 	// Plugin services.
 
 	// Services returns the server facets of the node's services host: the server
@@ -118,6 +149,11 @@ type Config struct {
 	// timeout, relayed requests, relay window, bindings per session). Its Logger and
 	// MeterProvider default to the node's.
 	Binding binding.Options
+
+	// Topics carries the bounds of topics (topics per session and per publisher, the
+	// payload limit) and their timing (docs/topics.md). Its Codecs, Logger and
+	// MeterProvider default to the node's.
+	Topics topic.Options
 
 	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
@@ -193,6 +229,14 @@ func (c *Config) validate() error {
 	if c.MeshPort != 0 && c.MeshPort == c.RemotePort {
 		return configError("RemotePort", "the same port as MeshPort (%d)", c.MeshPort)
 	}
+	if c.Store == nil && c.StoreURL != "" {
+		if _, err := store.ParseURL(c.StoreURL); err != nil {
+			return configError("StoreURL", "%v", err)
+		}
+	}
+	if c.MaxStateSize < 0 {
+		return configError("MaxStateSize", "%d is negative", c.MaxStateSize)
+	}
 	return nil
 }
 
@@ -202,4 +246,37 @@ var ErrConfig = fault.New(fault.NotConfigured, "meshnode: configuration error")
 
 func configError(field, format string, args ...any) error {
 	return fmt.Errorf("%w: Config.%s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+}
+
+// OpenStore opens the store cfg names: cfg.Store as it is (owned false: the caller
+// closes it), else the store of cfg.StoreURL, else the embedded store in cfg.DataDir;
+// nil when cfg names none. Errors name the Config field and match the store's typed
+// errors (store.ErrBadURL, ErrUnavailable, ErrAccessDenied).
+func OpenStore(ctx context.Context, cfg Config) (s store.Store, owned bool, err error) {
+	if cfg.Store != nil {
+		return cfg.Store, false, nil
+	}
+	field, url := "StoreURL", cfg.StoreURL
+	if url == "" {
+		if cfg.DataDir == "" {
+			return nil, false, nil
+		}
+		field, url = "DataDir", "bolt:"+filepath.Join(cfg.DataDir, boltstore.FileName)
+	}
+	loc, err := store.ParseURL(url)
+	if err != nil {
+		return nil, false, fmt.Errorf("meshnode: Config.%s: %w", field, err)
+	}
+	switch loc.Scheme {
+	case "bolt":
+		s, err = boltstore.Open(loc.Path, boltstore.Options{MaxStateSize: cfg.MaxStateSize})
+	case "postgres":
+		s, err = pgstore.Open(ctx, loc.URL, pgstore.Options{MaxStateSize: cfg.MaxStateSize})
+	default:
+		s = store.NewMemory(cfg.MaxStateSize)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("meshnode: Config.%s: %w", field, err)
+	}
+	return s, true, nil
 }

@@ -15,9 +15,12 @@ import (
 
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/binding"
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/store"
+	"github.com/meshnode/meshnode/topic"
 )
 
 // Node is one running meshnode: its place in the mesh, the Actors it hosts, the binding
@@ -28,7 +31,11 @@ type Node struct {
 	mesh   *mesh.Node
 	actors *actor.Host
 	binder *binding.Binder
+	topics *topic.Hub
 	stream *session.Host // nil without Streams
+	store  store.Store   // nil without one
+	// ownsStore: the node opened the store (StoreURL, DataDir) and closes it last.
+	ownsStore bool
 
 	services  *services.Host // nil without Services or ServiceWorker
 	attacher  *services.Attacher
@@ -59,28 +66,38 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger}
 	var err error
+	// The store opens first: a store that cannot be opened (a URL that does not parse,
+	// a server that refuses the credentials, a data directory in use) fails the start
+	// before the node joins the mesh.
+	if n.store, n.ownsStore, err = OpenStore(ctx, cfg); err != nil {
+		return nil, err
+	}
 	n.mesh, err = mesh.Start(ctx, mesh.Config{
 		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
-		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr,
+		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr, Build: cfg.Version, Revision: cfg.Revision,
 		PeerWindowRecords: cfg.PeerWindowRecords, PeerWindowBytes: cfg.PeerWindowBytes,
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, NoCoalescing: cfg.NoRecordCoalescing,
 	})
 	if err != nil {
+		n.closeStore()
 		return nil, fmt.Errorf("meshnode: mesh: %w", err)
 	}
 	n.actors, err = actor.NewHost(n.mesh, actor.HostOptions{
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, Messages: cfg.Messages,
 		IdleTimeout: cfg.ActorIdleTimeout, MaxMailbox: cfg.MaxMailbox, MaxMailboxBytes: cfg.MaxMailboxBytes,
 		MaxPanics: cfg.MaxPanics, PanicWindow: cfg.PanicWindow,
+		Store: n.store, StoreTimeout: cfg.StoreTimeout,
 	})
 	if err != nil {
 		n.leave()
+		n.closeStore()
 		return nil, fmt.Errorf("meshnode: Config: %w", err) // the error names Messages[i]
 	}
 	for i, k := range cfg.Kinds {
 		if err := n.actors.Register(k); err != nil {
 			n.actors.Close()
 			n.leave()
+			n.closeStore()
 			return nil, fmt.Errorf("meshnode: Config.Kinds[%d]: %w", i, err)
 		}
 	}
@@ -95,23 +112,47 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		bo.TracerProvider = cfg.TracerProvider
 	}
 	n.binder = binding.New(n.mesh, n.actors, bo)
-	if err := n.startServices(ctx); err != nil {
+	to := cfg.Topics
+	if to.Logger == nil {
+		to.Logger = cfg.Logger
+	}
+	if to.MeterProvider == nil {
+		to.MeterProvider = cfg.MeterProvider
+	}
+	if to.Codecs == nil {
+		to.Codecs = n.actors.Codecs()
+	}
+	if n.topics, err = topic.New(n.mesh, n.actors, n.binder, to); err != nil {
 		n.binder.Stop()
 		n.actors.Close()
 		n.leave()
+		n.closeStore()
+		return nil, fmt.Errorf("meshnode: Config.Topics: %w", err)
+	}
+	if err := n.startServices(ctx); err != nil {
+		n.topics.Stop()
+		n.binder.Stop()
+		n.actors.Close()
+		n.leave()
+		n.closeStore()
 		return nil, err
 	}
 	if len(cfg.Streams) > 0 {
 		if err := n.startStream(ctx); err != nil {
 			n.closeServices()
+			n.topics.Stop()
 			n.binder.Stop()
 			n.actors.Close()
 			n.leave()
+			n.closeStore()
 			return nil, err
 		}
 	}
 	return n, nil
 }
+
+// Topics returns the node's topics: its sessions' subscriptions, publishes, presence.
+func (n *Node) Topics() *topic.Hub { return n.topics }
 
 // startServices registers the session-worker kind and starts the server services host.
 func (n *Node) startServices(ctx context.Context) error {
@@ -209,6 +250,24 @@ func (n *Node) startStream(ctx context.Context) error {
 // ID returns the node's identity (RID and lifecycle generation).
 func (n *Node) ID() mesh.NodeID { return n.mesh.ID() }
 
+// MeshAddr returns the node's gossip address as peers dial it: what another node's
+// Config.Join takes (with port 0 in Config.MeshAddr, the port the OS chose).
+func (n *Node) MeshAddr() string { return n.mesh.MeshAddr() }
+
+// WaitMembers waits until at least count members of the mesh, this node included, are
+// live in this node's view (a fleet being started waits for its nodes before it places
+// Actors), or ctx ends.
+func (n *Node) WaitMembers(ctx context.Context, count int) error {
+	return n.mesh.Membership().WaitLive(ctx, count)
+}
+
+// Where returns the kind of the Actor id and where it lives (its route fence, whose
+// Node is the node hosting it), from the directory, without activating it: an error
+// matching actor.ErrNotFound when it has no activation.
+func (n *Node) Where(ctx context.Context, id string) (kind string, at actor.RouteFence, err error) {
+	return n.actors.Where(ctx, id)
+}
+
 // Mesh returns the node's place in the mesh.
 func (n *Node) Mesh() *mesh.Node { return n.mesh }
 
@@ -258,12 +317,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.binder.Stop()
 		n.actors.Close() // session workers close their hosts here
+		n.topics.Stop()
 		n.closeServices()
 		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		if err := n.mesh.Leave(lctx); err != nil {
 			errs = append(errs, err)
 		}
+		n.closeStore()
 		n.stopErr = errors.Join(errs...)
 	})
 	return n.stopErr
@@ -274,16 +335,26 @@ const DrainParallel = 8
 
 // Drain takes the node out of the fleet without losing Actor state: it moves every
 // Actor hosted here to the other members (Actor host Drain; from then on nothing new
-// is placed here), then shuts down as Shutdown does (sessions get ServerDrain, the node
-// leaves the mesh). It returns how many Actors moved; the error joins the moves that
-// failed and Shutdown's error.
+// is placed here; a move that fails for a passing reason is tried again until ctx
+// ends), then shuts down as Shutdown does (sessions get ServerDrain, the node leaves
+// the mesh). It returns how many Actors moved.
+//
+// When an Actor could not move, Drain does not shut down: it returns an error naming
+// each one and why (ErrDrainIncomplete), and the node keeps running and serving them,
+// so that nothing is lost. The caller decides: Shutdown then stops the node, and the
+// in-memory state of those Actors with it.
 func (n *Node) Drain(ctx context.Context) (int, error) {
 	moved, err := n.actors.Drain(ctx, DrainParallel)
 	if err != nil {
-		n.log.Warn("meshnode: some Actors could not move off the draining node", "moved", moved, "err", err)
+		n.log.Error("meshnode: some Actors could not move off the draining node; it keeps running", "moved", moved, "err", err)
+		return moved, fmt.Errorf("%w: %w", ErrDrainIncomplete, err)
 	}
-	return moved, errors.Join(err, n.Shutdown(ctx))
+	return moved, n.Shutdown(ctx)
 }
+
+// ErrDrainIncomplete: Drain could not move every Actor off the node (kind
+// Unavailable); the node is still running.
+var ErrDrainIncomplete = fault.New(fault.Unavailable, "meshnode: drain incomplete: the node keeps the Actors that could not move")
 
 // Close stops the node without draining: sessions are closed at once (no
 // session-closing), then as Shutdown.
@@ -294,8 +365,10 @@ func (n *Node) Close() error {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.topics.Stop()
 		n.closeServices()
 		n.stopErr = n.leave()
+		n.closeStore()
 	})
 	return n.stopErr
 }
@@ -320,8 +393,23 @@ func (n *Node) kill() {
 		}
 		n.binder.Stop()
 		n.actors.Close()
+		n.topics.Stop()
 		n.closeServices()
+		n.closeStore()
 	})
 }
+
+// closeStore closes the store if the node opened it. It goes last on every path: the
+// Actors' Stopping turns may still save.
+func (n *Node) closeStore() {
+	if n.ownsStore && n.store != nil {
+		if err := n.store.Close(); err != nil {
+			n.log.Warn("meshnode: closing the store", "err", err)
+		}
+	}
+}
+
+// Store returns the node's Actor state store (nil when it has none).
+func (n *Node) Store() store.Store { return n.store }
 
 func init() { nodert.KillNode = func(node any) { node.(*Node).kill() } }

@@ -38,7 +38,7 @@ type answerer struct{}
 
 func (answerer) Receive(ctx *actor.Context) {
 	if m, ok := ctx.Message().(*actor.Message); ok {
-		_ = ctx.Reply(m.Data)
+		_ = ctx.Reply(&actor.Message{Name: "answer", ContentType: m.ContentType, Data: m.Data})
 	}
 }
 
@@ -113,7 +113,7 @@ func TestStart_NodeServesActorsAtOnce(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		v, err := n.Actors().Request(ctx, actor.Address{Kind: "answer", ID: "a"}, actor.Message{Name: "say", Data: []byte("hi")})
 		cancel()
-		if b, ok := v.(*[]byte); err != nil || !ok || string(*b) != "hi" {
+		if m, ok := v.(*actor.Message); err != nil || !ok || string(m.Data) != "hi" {
 			t.Errorf("start %d: request right after Start: %v %v", i, v, err)
 		}
 		if err := n.Shutdown(context.Background()); err != nil {

@@ -51,6 +51,18 @@ type Stopping struct{}
 
 // Actor is the application's Actor: one method, called once per message, never
 // concurrently for one activation.
+//
+// Every message an Actor receives is a pointer, whatever its origin: *Started,
+// *Stopping, *SessionBound, *SessionEnded, *SessionPacket, *T for a type T registered
+// with MessageOf (sent by value or by pointer, from this node or another), *Message for
+// a name not registered here, and *T for a T given to Context.Poster. A type switch
+// therefore lists pointer types only:
+//
+//	switch m := ctx.Message().(type) {
+//	case *actor.Started:
+//	case *Greet:
+//	case *actor.SessionPacket:
+//	}
 type Actor interface {
 	Receive(ctx *Context)
 }
@@ -66,4 +78,10 @@ type Kind struct {
 	// neither starts fresh on the target (same ActorId, ObjectGeneration and bindings,
 	// empty state).
 	State func(a Actor) any
+	// Persist keeps the state (the one a move carries: State or Snapshotter) in the
+	// node's store, so that it survives a crash or a restart (docs/persistence.md):
+	// SaveExplicitly (Context.Save writes it) or SaveEveryTurn (every turn that handled
+	// a message saves it before its replies go). An activation loads the last saved
+	// state before Started. NotPersisted (the zero value): memory only.
+	Persist Persistence
 }

@@ -57,7 +57,7 @@ func (c *Context) Reply(v any) error {
 	if err := c.takeReply(); err != nil {
 		return err
 	}
-	return c.reply(v, nil)
+	return c.shell.answer(c.reply, v, nil)
 }
 
 // ReplyError answers the turn's request with an error: the requester gets an error of
@@ -69,7 +69,7 @@ func (c *Context) ReplyError(err error) error {
 	if rerr := c.takeReply(); rerr != nil {
 		return rerr
 	}
-	return c.reply(nil, err)
+	return c.shell.answer(c.reply, nil, err)
 }
 
 // Pending is a request whose answer an Actor gives later: from Context.Later, answered
@@ -77,16 +77,19 @@ func (c *Context) ReplyError(err error) error {
 // goroutine). A request nobody answers times out at its requester.
 type Pending struct {
 	reply    func(v any, err error) error
+	shell    *shell // answers go through its turn (a SaveEveryTurn turn holds them)
 	answered bool
 }
 
 // Poster returns a function that delivers msg to this activation's Receive in a later
 // turn, from any goroutine (behind what its mailbox already holds); once the activation
-// stopped it does nothing. It is how an Actor gets back the result of work it handed to
+// stopped it does nothing. Like every message, msg arrives as a pointer: a T posted
+// by value is received as *T. It is how an Actor gets back the result of work it handed to
 // a goroutine, to answer a Pending in its own turn.
 func (c *Context) Poster() func(msg any) {
 	h, pid := c.host, c.act.pid
 	return func(msg any) {
+		msg = normalize(msg) // every message arrives as a pointer (Actor)
 		h.system.Root.Send(pid, turnCallback{fn: func(t *Turn) { t.Deliver(msg) }})
 	}
 }
@@ -98,7 +101,7 @@ func (c *Context) Later() (*Pending, error) {
 	if err := c.takeReply(); err != nil {
 		return nil, err
 	}
-	return &Pending{reply: c.reply}, nil
+	return &Pending{reply: c.reply, shell: c.shell}, nil
 }
 
 // Reply answers the pending request with v (see Context.Reply).
@@ -107,7 +110,7 @@ func (p *Pending) Reply(v any) error {
 		return fault.Errorf(fault.InvalidOperation, "actor: the request was already answered")
 	}
 	p.answered = true
-	return p.reply(v, nil)
+	return p.shell.answer(p.reply, v, nil)
 }
 
 // ReplyError answers the pending request with an error (see Context.ReplyError).
@@ -116,7 +119,7 @@ func (p *Pending) ReplyError(err error) error {
 		return fault.Errorf(fault.InvalidOperation, "actor: the request was already answered")
 	}
 	p.answered = true
-	return p.reply(nil, err)
+	return p.shell.answer(p.reply, nil, err)
 }
 
 func (c *Context) takeReply() error {

@@ -14,6 +14,7 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
+	"github.com/meshnode/meshnode/store"
 )
 
 // Directory answers, from any node, where an ActorId lives, activating it on demand.
@@ -365,7 +366,7 @@ func (d *RendezvousDirectory) place(ctx context.Context, kind, id, placeOn strin
 		}
 	}
 	if placeOn == "" || placeOn == h.node.ID().RID {
-		return h.activateLocal(kind, id)
+		return h.activateLocal(ctx, kind, id)
 	}
 	mem, ok := h.node.Membership().Member(placeOn)
 	if !ok || !h.node.Membership().IsLive(mem.ID) {
@@ -520,15 +521,20 @@ func responseFence(r *meshpb.LookupResponse) (RouteFence, error) {
 
 // codeError turns a directory error code back into the error it stands for.
 func codeError(code, message string) error {
+	// The peer's message is the whole message (it starts with its sentinel's text or
+	// says what failed); only the identity is rebuilt here, never a second prefix.
+	if message == "" {
+		message = "actor: " + code
+	}
 	for _, sc := range sentinelCodes {
 		if sc.code == code {
-			return fmt.Errorf("%w: %s", sc.err, message)
+			return fault.WithText(sc.err, message)
 		}
 	}
 	if k, ok := fault.KindOf(code); ok {
-		return fault.Errorf(k, "actor: %s", message)
+		return fault.WithText(k, message)
 	}
-	return fault.Errorf(fault.Unavailable, "actor: %s: %s", code, message)
+	return fault.WithText(fault.Unavailable, message+" ("+code+")")
 }
 
 // errorCode is the directory wire code of err.
@@ -553,6 +559,10 @@ const (
 	codeMoving       = "moving"
 	codeAlreadyThere = "already_there"
 	codeBadState     = "bad_state"
+	codeStateCorrupt = "state_corrupt"
+	codeStoreDown    = "store_unavailable"
+	codeStateUnknown = "store_outcome_unknown"
+	codeStateFenced  = "state_conflict"
 )
 
 // sentinelCodes are the errors that keep their identity across nodes (the directory
@@ -564,6 +574,8 @@ var sentinelCodes = []struct {
 	{ErrUnknownKind, codeUnknownKind}, {ErrKindMismatch, codeKindMismatch}, {ErrBadID, codeBadID},
 	{ErrNoQuorum, codeNoQuorum}, {ErrNotFound, codeNotActive}, {ErrUnknownNode, codeUnknownNode},
 	{ErrMoving, codeMoving}, {ErrAlreadyThere, codeAlreadyThere}, {ErrBadState, codeBadState},
+	{store.ErrCorrupt, codeStateCorrupt}, {store.ErrUnavailable, codeStoreDown}, {store.ErrUnknownOutcome, codeStateUnknown},
+	{store.ErrConflict, codeStateFenced},
 }
 
 func fenceToPB(f RouteFence) *meshpb.Fence {

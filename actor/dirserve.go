@@ -124,7 +124,7 @@ func (h *Host) serveSlow(ctx context.Context, sender *proto.PID, m any) {
 		if h.draining.Load() {
 			err = fault.Errorf(fault.ShuttingDown, "actor: node %s is draining", h.node.ID().RID)
 		} else if h.quorum.has() {
-			f, err = h.activateLocal(m.Kind, m.ActorId)
+			f, err = h.activateLocal(ctx, m.Kind, m.ActorId)
 		}
 		answer = lookupResponse(f, err)
 	case *meshpb.RelocateRequest:

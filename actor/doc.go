@@ -11,4 +11,10 @@
 // mesh.Node). From outside any Actor, Host.Send and Host.Request reach an Actor by
 // Address (kind and ActorId, wherever it lives) or by RouteFence; inside a turn,
 // Context.Send, Context.Request and Context.Reply do it for the Actor.
+//
+// Every message an Actor receives is a pointer (see Actor). One STREAM session at a
+// time is bound to an Actor (package binding): a second bind of the same Actor replaces
+// the first session's, which is then closed. An Actor that many clients follow (a
+// room and its members) is reached by a binding per client to an Actor of its own,
+// which messages the shared one, not by one binding shared among clients.
 package actor

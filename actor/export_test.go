@@ -1,6 +1,10 @@
 package actor
 
-import "github.com/meshnode/meshnode/mesh"
+import (
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/meshnode/meshnode/mesh"
+)
 
 // SetServeHook makes fn run in the directory's serve once the directory is usable
 // (see serveHook); nil removes it.
@@ -49,3 +53,13 @@ func SetDirectoryEntry(h *Host, kind string, f RouteFence) {
 	defer h.rdir.mu.Unlock()
 	h.rdir.entries[f.ID] = dirEntry{kind: kind, fence: f}
 }
+
+// EncodeStateEnvelope and DecodeStateEnvelope are the store envelope's codec.
+func EncodeStateEnvelope(encoding byte, payload []byte) []byte {
+	return encodeEnvelope(encoding, payload)
+}
+
+func DecodeStateEnvelope(b []byte) (byte, []byte, error) { return decodeEnvelope(b) }
+
+// MarshalState encodes v as Kind.State's msgpack encoding.
+func MarshalState(v any) ([]byte, error) { return msgpack.Marshal(v) }

@@ -117,12 +117,29 @@ func (m *messageTypes) typeOf(v any) (MessageType, bool) {
 // normalize returns v as the *T a receiver gets.
 func normalize(v any) any {
 	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer {
+	if !rv.IsValid() || rv.Kind() == reflect.Pointer {
 		return v
 	}
 	p := reflect.New(rv.Type())
 	p.Elem().Set(rv)
 	return p.Interface()
+}
+
+// checkReply reports whether v could be sent to another node as a reply, without
+// encoding it: nil, a *Message or Message, or a value of a registered type.
+func (h *Host) checkReply(v any) error {
+	switch v.(type) {
+	case nil, *Message, Message:
+		return nil
+	}
+	if _, ok := h.messages.typeOf(v); !ok {
+		return h.unregistered(v)
+	}
+	return nil
+}
+
+func (h *Host) unregistered(v any) error {
+	return fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (register it with actor.MessageOf in meshnode.Config.Messages)", v)
 }
 
 // encode returns the wire form of a message value: a *Message or Message as it is, a
@@ -138,7 +155,7 @@ func (h *Host) encode(v any) (*Message, error) {
 	}
 	mt, ok := h.messages.typeOf(v)
 	if !ok {
-		return nil, fault.Errorf(fault.NotConfigured, "actor: no message type registered for %T (register it with actor.MessageOf in meshnode.Config.Messages)", v)
+		return nil, h.unregistered(v)
 	}
 	c, err := h.codecs.Lookup(mt.codec)
 	if err != nil {

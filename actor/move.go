@@ -2,7 +2,9 @@ package actor
 
 import (
 	"context"
+	"encoding/binary"
 
+	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/mesh"
 )
 
@@ -60,17 +62,100 @@ type MoveHooks struct {
 	Aborted func(t *Turn, m Move)
 }
 
-// HandleMove registers the move hooks of the layer above Actors.
-func (h *Host) HandleMove(hooks MoveHooks) {
+// HandleMove registers the move hooks of the session binding (the layer named
+// "binding"); HandleMoveLayer registers another layer's.
+func (h *Host) HandleMove(hooks MoveHooks) { h.HandleMoveLayer("binding", hooks) }
+
+// HandleMoveLayer registers the move hooks of the layer name (a second registration
+// of a name replaces the first). Layers run in the order they were registered; what
+// each captures travels to the target under its name, so the target restores each
+// layer's own (encodeLayers).
+func (h *Host) HandleMoveLayer(name string, hooks MoveHooks) {
 	h.turnHandlers.mu.Lock()
-	h.moveHooks = hooks
-	h.turnHandlers.mu.Unlock()
+	defer h.turnHandlers.mu.Unlock()
+	for i := range h.moveLayers {
+		if h.moveLayers[i].name == name {
+			h.moveLayers[i].hooks = hooks
+			return
+		}
+	}
+	h.moveLayers = append(h.moveLayers, moveLayer{name: name, hooks: hooks})
 }
 
-func (h *Host) hooks() MoveHooks {
+// moveLayer is one layer's move hooks.
+type moveLayer struct {
+	name  string
+	hooks MoveHooks
+}
+
+func (h *Host) layers() []moveLayer {
 	h.turnHandlers.mu.RLock()
 	defer h.turnHandlers.mu.RUnlock()
-	return h.moveHooks
+	return h.moveLayers
+}
+
+// layersMagic starts the encoding of the layers' captured state: u8 layersMagic, u8
+// count, then for each layer u8 name length, name, u32 length (big-endian), data. A
+// build that carried only the binding's state sent it alone, and a binding snapshot
+// starts with its version (1): decodeLayers takes such bytes as the binding's.
+const layersMagic = 0xFE
+
+// encodeLayers encodes what the layers captured; nil when none captured anything.
+func encodeLayers(names []string, data [][]byte) []byte {
+	var out []byte
+	count := 0
+	for i := range names {
+		if len(data[i]) > 0 {
+			count++
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	out = append(out, layersMagic, byte(count))
+	for i, name := range names {
+		if len(data[i]) == 0 {
+			continue
+		}
+		out = append(out, byte(len(name)))
+		out = append(out, name...)
+		out = binary.BigEndian.AppendUint32(out, uint32(len(data[i])))
+		out = append(out, data[i]...)
+	}
+	return out
+}
+
+// decodeLayers returns each layer's captured state by name.
+func decodeLayers(b []byte) (map[string][]byte, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] != layersMagic {
+		return map[string][]byte{"binding": b}, nil
+	}
+	if len(b) < 2 {
+		return nil, fault.Errorf(fault.ProtocolError, "actor: move layers: truncated")
+	}
+	n, b := int(b[1]), b[2:]
+	out := make(map[string][]byte, n)
+	for i := 0; i < n; i++ {
+		if len(b) < 1 || len(b) < 1+int(b[0])+4 {
+			return nil, fault.Errorf(fault.ProtocolError, "actor: move layers: layer %d truncated", i)
+		}
+		name := string(b[1 : 1+int(b[0])])
+		b = b[1+int(b[0]):]
+		size := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if uint64(len(b)) < uint64(size) {
+			return nil, fault.Errorf(fault.ProtocolError, "actor: move layers: layer %q truncated", name)
+		}
+		out[name] = b[:size]
+		b = b[size:]
+	}
+	if len(b) != 0 {
+		return nil, fault.Errorf(fault.ProtocolError, "actor: move layers: %d trailing bytes", len(b))
+	}
+	return out, nil
 }
 
 // MovedAway reports, in an activation's last turn (HandleStop), whether it stops

@@ -147,12 +147,21 @@ func (h *Host) move(ctx context.Context, a *activation, to mesh.Member) (RouteFe
 		return RouteFence{}, c.err
 	}
 
+	if size := len(c.state) + len(c.layers); size > mesh.MaxRecordPayload {
+		// Sent, it would break the stream to the target and lose what else is on it.
+		h.abortMove(a, m)
+		a.moving.Store(false)
+		return RouteFence{}, fmt.Errorf("actor: move of %s to %s: its captured state is %d bytes: %w (limit %d)",
+			a.fence.Ref, to.ID.RID, size, mesh.ErrRecordTooLarge, mesh.MaxRecordPayload)
+	}
+
 	// 2. Prepare: the target restores without dispatch and answers relay-ready.
 	crc := crc32.Update(crc32.Checksum(c.state, castagnoli), castagnoli, c.layers)
 	pctx, cancel := context.WithTimeout(ctx, movePrepareTimeout)
 	res, err := h.ask(pctx, to.ID, &meshpb.MovePrepare{RelocationHigh: m.ID.High, RelocationLow: m.ID.Low, Kind: a.kind,
 		Source: fenceToPB(a.fence), State: c.state, Layers: c.layers, Crc32C: crc,
-		CoordinatorOwnerId: m.Coordinator.OwnerID, StoreVersion: m.Coordinator.StoreVersion})
+		CoordinatorOwnerId: m.Coordinator.OwnerID, StoreVersion: m.Coordinator.StoreVersion,
+		StateVersion: c.stateVersion, StateStoreId: c.storeID})
 	cancel()
 	var ready *meshpb.MoveReady
 	if err == nil {
@@ -246,7 +255,11 @@ type moveSeal struct {
 
 type moveCaptured struct {
 	state, layers []byte
-	err           error
+	// stateVersion and storeID: the activation's hold on its record in the store (0,
+	// "": the kind does not persist), continued by a target on the same store.
+	stateVersion uint64
+	storeID      string
+	err          error
 }
 
 // moveAbort returns a sealed activation to serving.
@@ -265,28 +278,50 @@ type moveHandOff struct {
 // seal runs the layers' seal, then captures: from here on the activation holds what
 // reaches it.
 func (s *shell) seal(cmd *moveSeal) {
-	hooks := s.h.hooks()
+	layers := s.h.layers()
 	t := &s.turn
 	var err error
-	if hooks.Seal != nil {
-		s.guard(func() { err = hooks.Seal(cmd.ctx, t, cmd.m) })
+	for _, l := range layers {
+		if err == nil && l.hooks.Seal != nil {
+			s.guard(func() { err = l.hooks.Seal(cmd.ctx, t, cmd.m) })
+		}
 	}
 	var c moveCaptured
 	if err == nil {
 		c.state, err = captureState(s.act.def, s.impl)
 	}
-	if err == nil && hooks.Capture != nil {
-		s.guard(func() { c.layers, err = hooks.Capture(t) })
+	if err == nil {
+		names, data := make([]string, len(layers)), make([][]byte, len(layers))
+		for i, l := range layers {
+			names[i] = l.name
+			if err == nil && l.hooks.Capture != nil {
+				s.guard(func() { data[i], err = l.hooks.Capture(t) })
+			}
+		}
+		c.layers = encodeLayers(names, data)
+	}
+	if p := s.act.persist; err == nil && p != nil {
+		if p.failed != nil || p.deleted {
+			err = fault.Errorf(fault.Unavailable, "actor: %s is stopping after a failed save", s.act.fence.Ref)
+		}
+		c.stateVersion, c.storeID = p.version, p.storeID
 	}
 	if err != nil {
-		if hooks.Aborted != nil {
-			s.guard(func() { hooks.Aborted(t, cmd.m) })
-		}
+		s.runAborted(t, cmd.m)
 		c = moveCaptured{err: fmt.Errorf("actor: seal of %s: %w", s.act.fence.Ref, err)}
 	} else {
 		s.holding = true
 	}
 	cmd.done <- c
+}
+
+// runAborted runs every layer's Aborted hook.
+func (s *shell) runAborted(t *Turn, m Move) {
+	for _, l := range s.h.layers() {
+		if l.hooks.Aborted != nil {
+			s.guard(func() { l.hooks.Aborted(t, m) })
+		}
+	}
 }
 
 // abort ends the hold: held messages run now, in order, before anything later.
@@ -295,10 +330,7 @@ func (s *shell) abort(cmd *moveAbort) {
 		s.holding = false
 		held := s.held
 		s.held = nil
-		t := &s.turn
-		if hooks := s.h.hooks(); hooks.Aborted != nil {
-			s.guard(func() { hooks.Aborted(t, cmd.m) })
-		}
+		s.runAborted(&s.turn, cmd.m)
 		for _, msg := range held {
 			s.dispatch(s.pctx, msg)
 		}
@@ -508,8 +540,15 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 	m := Move{ID: RelocationID{High: p.RelocationHigh, Low: p.RelocationLow}, Source: src,
 		Target:      RouteFence{Ref: src.Ref, Node: self, AuthorityOwnerGeneration: mesh.NewGeneration(), OwnerLeaseGeneration: self.Generation},
 		Coordinator: MoveCoordinator{OwnerID: p.CoordinatorOwnerId, LeaseGeneration: src.Node.Generation, Node: src.Node, StoreVersion: p.StoreVersion}}
+	// The target continues the source's version chain (or claims the record in a store
+	// of its own) before it answers relay-ready; it saves only once dispatch opens at
+	// the commit, after the source's last save.
+	ps, err := h.claimForMove(ctx, k, src.ID, p.StateVersion, p.StateStoreId)
+	if err != nil {
+		return fail(err)
+	}
 	arr := &arrival{m: m, layers: p.Layers, restored: make(chan error, 1)}
-	a, err := h.spawn(ctx, k, m.Target, impl, arr)
+	a, err := h.spawn(ctx, k, m.Target, impl, arr, ps)
 	if err != nil {
 		return fail(err)
 	}
@@ -537,10 +576,12 @@ func (h *Host) prepareMove(ctx context.Context, p *meshpb.MovePrepare) *meshpb.M
 // dispatch stays closed.
 func (s *shell) arrive() {
 	arr := s.arrival
-	var err error
-	if hooks := s.h.hooks(); hooks.Restore != nil && len(arr.layers) > 0 {
-		t := &s.turn
-		s.guard(func() { err = hooks.Restore(t, arr.layers) })
+	data, err := decodeLayers(arr.layers)
+	t := &s.turn
+	for _, l := range s.h.layers() {
+		if b := data[l.name]; err == nil && l.hooks.Restore != nil && len(b) > 0 {
+			s.guard(func() { err = l.hooks.Restore(t, b) })
+		}
 	}
 	arr.restored <- err
 }
@@ -598,15 +639,17 @@ func (s *shell) commitArrival(pctx proto.Context, respond bool, why string) {
 	}
 	s.act.arriving.Store(false)
 	close(s.act.arrived)
-	s.deliver(Started{Moved: true}, nil, nil)
+	s.deliver(&Started{Moved: true}, nil, nil)
 	pending := s.held
 	s.held = nil
 	for _, msg := range pending {
 		s.dispatch(pctx, msg)
 	}
-	if hooks := h.hooks(); hooks.Committed != nil {
-		t := &s.turn
-		s.guard(func() { hooks.Committed(t, arr.m) })
+	for _, l := range h.layers() {
+		if l.hooks.Committed != nil {
+			t := &s.turn
+			s.guard(func() { l.hooks.Committed(t, arr.m) })
+		}
 	}
 	if respond {
 		pctx.Respond(&meshpb.MoveReady{Target: fenceToPB(arr.m.Target)})
@@ -703,7 +746,7 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 			if !h.awaitArrival(ctx, id) {
 				return // it stopped (a move here was abandoned): nothing to move
 			}
-			_, err := h.Relocate(ctx, id, to.RID)
+			err := h.drainOne(ctx, id, to.RID)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -715,6 +758,32 @@ func (h *Host) Drain(ctx context.Context, parallel int) (int, error) {
 	}
 	wg.Wait()
 	return moved, errors.Join(errs...)
+}
+
+// drainOne moves id to the node rid for Drain, trying again while the failure is one
+// that passes (the target or a session owner unavailable for a moment, another move of
+// it under way), with backoff, until ctx ends: an Actor left behind loses its state
+// when the node stops. An Actor that stopped meanwhile has nothing left to move.
+func (h *Host) drainOne(ctx context.Context, id, rid string) error {
+	delay := 50 * time.Millisecond
+	for {
+		_, err := h.Relocate(ctx, id, rid)
+		if err == nil {
+			return nil
+		}
+		if _, active := h.local(id); !active {
+			return nil
+		}
+		if !errors.Is(err, fault.Unavailable) && !errors.Is(err, ErrMoving) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // awaitArrival waits until the local activation of id, if it is arriving by a move,

@@ -53,7 +53,7 @@ type counter struct {
 
 func (c *counter) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
-	case actor.Started:
+	case *actor.Started:
 		c.moved = m.Moved
 	case *Add:
 		c.st.N += m.N
@@ -61,7 +61,7 @@ func (c *counter) Receive(ctx *actor.Context) {
 		_ = ctx.Reply(&Count{N: c.st.N, Moved: c.moved})
 	case *Block:
 		<-c.block
-	case actor.Stopping:
+	case *actor.Stopping:
 		if c.linger != nil {
 			<-c.linger
 		}

@@ -431,21 +431,43 @@ func terminalError(r *wire.Reply) error {
 	return fault.Errorf(fault.Unavailable, "actor: request: %s / %s", r.Result, r.Failure)
 }
 
-// answerRequest answers a request that arrived as record 24 from another node.
+// answerRequest answers a request that arrived as record 24 from another node. A reply
+// that cannot go (its value does not encode, it is over the limit between nodes) fails
+// the requester at once with that error, a short error reply in its place, and the
+// error is returned to the Actor: the requester never waits out its deadline for it.
 func (h *Host) answerRequest(ctx context.Context, to mesh.NodeID, corr uint64, v any, err error) error {
 	var p *wire.Payload
 	if err != nil {
-		p = &wire.Payload{PacketName: replyErrorName, ContentType: codec.ContentTypeJSON,
-			Data: codec.EncodeErrorPayload(fault.Code(err), err.Error())}
+		p = errorPayload(err)
 	} else {
 		m, eerr := h.encode(v)
 		if eerr != nil {
+			h.sendErrorReply(ctx, to, corr, eerr)
 			return eerr
 		}
 		p = &wire.Payload{PacketName: m.Name, ContentType: m.ContentType, Data: m.Data}
 	}
 	rec := &wire.Record{Body: &wire.Reply{Correlation: corr, Result: wire.ResultOK}, Payload: p}
-	return h.node.Records().Send(ctx, to, rec)
+	serr := h.node.Records().Send(ctx, to, rec)
+	if errors.Is(serr, mesh.ErrRecordTooLarge) {
+		serr = fault.Errorf(fault.CapacityExceeded, "actor: reply of %d bytes: %w", len(p.Data), serr)
+		h.sendErrorReply(ctx, to, corr, serr)
+	}
+	return serr
+}
+
+// errorPayload is the payload of an error reply: err's fault code and message.
+func errorPayload(err error) *wire.Payload {
+	return &wire.Payload{PacketName: replyErrorName, ContentType: codec.ContentTypeJSON,
+		Data: codec.EncodeErrorPayload(fault.Code(err), err.Error())}
+}
+
+// sendErrorReply answers a request whose reply could not go with why it could not.
+func (h *Host) sendErrorReply(ctx context.Context, to mesh.NodeID, corr uint64, why error) {
+	rec := &wire.Record{Body: &wire.Reply{Correlation: corr, Result: wire.ResultOK}, Payload: errorPayload(why)}
+	if err := h.node.Records().Send(ctx, to, rec); err != nil {
+		h.log.Debug("actor: error reply not sent", "to", to.String(), "err", err)
+	}
 }
 
 // failRequest answers a request record that no Actor will see: it never waits (it runs

@@ -68,7 +68,10 @@ func (p *SessionPacket) replyValue(v any) error {
 	}
 	b, err := p.codecs.Marshal(p.Codec, v)
 	if err != nil {
-		return fault.Errorf(fault.InvalidOperation, "actor: reply to %s: %w", p.Name, err)
+		// The client gets the error at once instead of waiting out its relay timeout.
+		err = fault.Errorf(fault.InvalidOperation, "actor: reply to %s: %w", p.Name, err)
+		_ = p.replyError(fault.Code(err), err.Error())
+		return err
 	}
 	return p.reply(wire.KindResponse, p.Codec, b)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/fault"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -57,6 +58,22 @@ func (t *Turn) After(d time.Duration, fn func(t *Turn)) {
 		pid = t.s.pctx.Self()
 	}
 	time.AfterFunc(d, func() { h.system.Root.Send(pid, turnCallback{fn: fn}) })
+}
+
+// EachActivation runs fn in a turn of every activation on this node, behind what each
+// mailbox already holds (the binding layer ends the bindings of a departed session
+// owner with it). An activation that is moving away skips it: its move carries what
+// the turn would have changed to the target, which checks for itself.
+func (h *Host) EachActivation(fn func(t *Turn)) {
+	h.mu.Lock()
+	pids := make([]*proto.PID, 0, len(h.acts))
+	for _, a := range h.acts {
+		pids = append(pids, a.pid)
+	}
+	h.mu.Unlock()
+	for _, pid := range pids {
+		h.system.Root.Send(pid, turnCallback{fn: fn})
+	}
 }
 
 // turnCallback is a function an activation runs in one of its turns (Turn.After).

@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/codes"
 
@@ -84,13 +85,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	if body.Binding.State == wire.BindingTombstone {
 		cur := st.current
 		if cur != nil && cur.owner == from && cur.sessionRid == body.SessionRID && cur.gen == body.Binding.Generation {
-			// The notice runs while the binding is still current, so it may push a last
-			// word to a session that stays connected (NotifyDisconnected); then it ends.
-			t.Deliver(actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
-			if st.current == cur {
-				st.current = nil
-				t.KeepActive(false)
-			}
+			b.endCurrent(t, st)
 		}
 		// A late tombstone for a replaced identity changes nothing, and says so.
 		reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone, nil)
@@ -110,7 +105,7 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 	t.KeepActive(true)
 	reply(true, b, from, body.Correlation, wire.ResultOK, wire.FailureNone,
 		&wire.BindOK{BindingGeneration: next.gen, AuthorityOwnerGeneration: self.AuthorityOwnerGeneration})
-	t.Deliver(actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
+	t.Deliver(&actor.SessionBound{Session: actor.SessionID{RID: next.sessionRid, BindingGeneration: next.gen}})
 	if prev != nil && !(prev.owner == next.owner && prev.sessionRid == next.sessionRid) {
 		// A binding that arrived with a relocation not committed yet: its session owner
 		// still routes to the source and would refuse the 51 from here; it follows the
@@ -119,6 +114,45 @@ func (b *Binder) onBind(t *actor.Turn, from mesh.NodeID, rec *wire.Record) {
 			b.notifyReplaced(self, prev)
 		}
 	}
+}
+
+// endCurrent ends the activation's current binding as its tombstone does: the notice
+// runs while the binding is still current, so it may push a last word to a session
+// that stays connected (NotifyDisconnected); then the binding ends (unless the notice
+// bound another).
+func (b *Binder) endCurrent(t *actor.Turn, st *actorState) {
+	cur := st.current
+	if cur == nil {
+		return
+	}
+	t.Deliver(&actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
+	if st.current == cur {
+		st.current = nil
+		t.KeepActive(false)
+	}
+	if st.arrived == cur {
+		st.arrived = nil // no commit toward a session that is gone
+	}
+}
+
+// retireOwnedBy ends, on the Actor-owner side, every binding held by a session of the
+// departed node lifecycle gone, which will never send their tombstones: a seal waiting
+// for it completes at once, and each local activation bound from it ends its binding in
+// its next turn, as a disconnect would.
+func (b *Binder) retireOwnedBy(gone mesh.NodeID) {
+	b.mu.Lock()
+	for _, w := range b.sealWaits {
+		if w.owner == gone && !w.sealed {
+			w.sealed, w.gone = true, true
+			close(w.done)
+		}
+	}
+	b.mu.Unlock()
+	b.actors.EachActivation(func(t *actor.Turn) {
+		if st, ok := t.Attachment(stateKey{}).(*actorState); ok && st.current != nil && st.current.owner == gone {
+			b.endCurrent(t, st)
+		}
+	})
 }
 
 // followed reports whether a bind naming want reached this activation through Message
@@ -230,6 +264,39 @@ func (br bridge) Push(t *actor.Turn, name string, c swire.Codec, payload []byte)
 	return br.b.send36(t, cur, cur.gen, name, contentType(br.b.opts.Codecs, c), payload)
 }
 
+// SendControl sends a control packet named name (in the "$zlink." control namespace, handled
+// by the session owner's HandleControl) with data to the Actor's bound session
+// (record 36), from a turn of the Actor. Without a binding it fails with ErrNotBound.
+func (b *Binder) SendControl(t *actor.Turn, name string, data []byte) error {
+	if !swire.IsReservedName(name) {
+		return fault.Errorf(fault.InvalidOperation, "binding: control name %q is not in the control namespace", name)
+	}
+	cur := currentOf(t)
+	if cur == nil {
+		return ErrNotBound
+	}
+	return b.send36(t, cur, cur.gen, name, codec.ContentTypeRaw, data)
+}
+
+// HandleControl makes fn handle the control packets named name that the Actors of
+// bound sessions send with SendControl (the topic layer subscribes a bound session
+// this way). fn runs on the node's record receiver (or a peer connection's reader)
+// and must not block.
+func (b *Binder) HandleControl(name string, fn func(s *Session, data []byte)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.controls == nil {
+		b.controls = map[string]func(*Session, []byte){}
+	}
+	b.controls[name] = fn
+}
+
+func (b *Binder) control(name string) func(*Session, []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.controls[name]
+}
+
 // CloseSession asks the bound session's owner to close the session with reason.
 func (br bridge) CloseSession(t *actor.Turn, reason swire.CloseReason, diagnostic string) error {
 	cur := currentOf(t)
@@ -258,7 +325,16 @@ func (b *Binder) replyRelayed(t *actor.Turn, relayedOn *actorBinding, seq uint64
 	} else {
 		data = encodeReply(seq, kind, payload)
 	}
-	return b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), data)
+	err := b.send36(t, relayedOn, relayedOn.gen, replyPacketName, contentType(b.opts.Codecs, c), data)
+	if errors.Is(err, mesh.ErrRecordTooLarge) {
+		// The client gets why at once instead of waiting out its relay timeout.
+		err = fault.Errorf(fault.CapacityExceeded, "binding: reply of %d bytes: %w", len(payload), err)
+		data = encodeReply(seq, swire.KindError, codec.EncodeErrorPayload(fault.Code(err), err.Error()))
+		if serr := b.send36(t, relayedOn, relayedOn.gen, replyPacketName, codec.ContentTypeJSON, data); serr != nil {
+			b.log.Debug("binding: error reply not sent", "to", relayedOn.owner.String(), "err", serr)
+		}
+	}
+	return err
 }
 
 func (b *Binder) send36(t *actor.Turn, cur *actorBinding, gen uint64, name, ct string, data []byte) error {

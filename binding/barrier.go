@@ -23,6 +23,9 @@ const (
 	// verdictStale: not the binding's current relocation (another relocation id, no
 	// seal, a seal that timed out, a sender that is not the one the record names).
 	verdictStale
+	// verdictGone: a 42 for a binding (or a session) of this node that is gone: nothing
+	// to hold, the 43 is sent at once (relocation.go, onSeal).
+	verdictGone
 )
 
 func (v verdict) String() string {
@@ -37,6 +40,8 @@ func (v verdict) String() string {
 		return "protocolError"
 	case verdictStale:
 		return "stale"
+	case verdictGone:
+		return "gone"
 	}
 	return "verdict(?)"
 }

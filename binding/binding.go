@@ -29,6 +29,7 @@ import (
 var (
 	// ErrNotBound: push, close or relay without a current binding (session-not-bound,
 	// kind InvalidOperation; retryable after a bind). The same value as actor.ErrNotBound.
+	// A relay's error names what the session is (not) bound to.
 	ErrNotBound = actor.ErrNotBound
 	// ErrSessionClosing: the session is closing (replaced or disconnected).
 	ErrSessionClosing = fault.New(fault.ShuttingDown, "binding: session closing")
@@ -36,6 +37,15 @@ var (
 	ErrTimeout = fault.New(fault.DeadlineExceeded, "binding: bind timed out")
 	// ErrTooManyBindings: the session is at its bindings bound (MaxBindingsPerSession).
 	ErrTooManyBindings = fault.New(fault.CapacityExceeded, "binding: too many bindings for one session")
+	// ErrBindingLost: a relay to an Actor whose binding of this session ended without
+	// the session asking (its node failed or left the mesh, the Actor stopped): kind
+	// Unavailable, retryable by binding again. The message names the Actor and why.
+	ErrBindingLost = fault.New(fault.Unavailable, "binding: the binding ended")
+	// ErrLocationStale: the bind named a location of the Actor that is no longer its
+	// authority (conflict / actorLocationStale: it moved away and back, say). Binder.Bind
+	// drops the cached route and looks the Actor up again; Session.Bind, which is given a
+	// route, returns it (kind Unavailable).
+	ErrLocationStale = fault.New(fault.Unavailable, "binding: the Actor is no longer at the location the bind named")
 )
 
 // Defaults of the binding protocol.
@@ -113,12 +123,15 @@ type Binder struct {
 	sessions  map[session.RoutingID]*Session
 	byGen     map[uint64]*Session // current binding generation -> its session
 	pending   map[uint64]*pendingOp
-	sealWaits map[wire.RelocationID]*sealWait // Actor owner: seals (42) waiting for their 43
+	sealWaits map[wire.RelocationID]*sealWait   // Actor owner: seals (42) waiting for their 43
+	controls  map[string]func(*Session, []byte) // session owner: control packets of layers above (HandleControl)
 
 	drops       dropCounters
 	unsubscribe func()
 	metricsReg  metric.Registration
-	ratelog     ratelog.Limiter
+	// relayLatency: relayed Requests from relay to reply (metrics.go).
+	relayLatency metric.Float64Histogram
+	ratelog      ratelog.Limiter
 
 	tracer      trace.Tracer // nil: tracing off
 	badCarriers *traceprop.BadCarriers
@@ -237,6 +250,7 @@ type dropCounters struct {
 	seals, commits, aborts, sealTimeouts atomic.Int64
 	lateRoutes, relocationProtocolErrors atomic.Int64
 	staleSeals                           atomic.Int64 // 42s and 43s that name no current binding or waiting seal
+	sealsGone                            atomic.Int64 // 42s answered at once: their session or binding is gone
 }
 
 // Drops reports the records this node's binding rejected, by kind (for tests and
@@ -270,6 +284,7 @@ type Stats struct {
 	LateRouteUpdates         int64 // 44s ignored: late, another relocation, or the session gone
 	RelocationProtocolErrors int64 // 42s and 44s repeating a relocation with other content
 	StaleSeals               int64 // 42s (and 43s on the Actor owner) ignored: no such binding or seal
+	SealsForGoneSessions     int64 // 42s answered at once: the session (or that binding of it) is gone
 }
 
 // Stats returns the current counts.
@@ -284,7 +299,7 @@ func (b *Binder) Stats() Stats {
 		RelocationSeals: b.drops.seals.Load(), RelocationCommits: b.drops.commits.Load(),
 		RelocationAborts: b.drops.aborts.Load(), SealTimeouts: b.drops.sealTimeouts.Load(),
 		LateRouteUpdates: b.drops.lateRoutes.Load(), RelocationProtocolErrors: b.drops.relocationProtocolErrors.Load(),
-		StaleSeals: b.drops.staleSeals.Load()}
+		StaleSeals: b.drops.staleSeals.Load(), SealsForGoneSessions: b.drops.sealsGone.Load()}
 	b.mu.Unlock()
 	for _, s := range sessions {
 		s.mu.Lock()

@@ -21,7 +21,7 @@ type room struct{}
 
 func (room) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
-	case actor.SessionBound:
+	case *actor.SessionBound:
 		_ = ctx.Push("room.welcome", "welcome to "+ctx.Self().ID)
 	case *actor.SessionPacket:
 		if m.Name == "room.shout" && m.Request {

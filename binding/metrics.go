@@ -5,6 +5,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/internal/histogram"
 )
 
 // registerMetrics exports Stats and the drop counters as observable instruments (read
@@ -37,7 +39,7 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 		return err
 	}
 	relocations, err := m.Int64ObservableCounter("meshnode.binding.relocations", metric.WithUnit("{event}"),
-		metric.WithDescription("Relocation barriers of this node's sessions, by event: sealed, committed, aborted, seal_timeout."))
+		metric.WithDescription("Relocation barriers of this node's sessions, by event: sealed, committed, aborted, seal_timeout, session_gone (a seal answered at once: the session or its binding was gone)."))
 	if err != nil {
 		return err
 	}
@@ -51,9 +53,15 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	if b.relayLatency, err = m.Float64Histogram("meshnode.binding.relayed_request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Latency of this node's sessions' relayed Requests that got their Actor's reply: from the relay to the reply's arrival here."),
+		metric.WithExplicitBucketBoundaries(histogram.Seconds...)); err != nil {
+		return err
+	}
 	event := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("event", v)) }
 	reason := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 	sealed, committed, aborted, sealTimeout := event("sealed"), event("committed"), event("aborted"), event("seal_timeout")
+	sessionGone := event("session_gone")
 	late, protoErr, staleSeal := reason("late_route_update"), reason("protocol_error"), reason("stale_seal")
 	timeout := metric.WithAttributes(attribute.String("reason", "relay_timeout"))
 	nodeFailed := metric.WithAttributes(attribute.String("reason", "node_failed"))
@@ -69,6 +77,7 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(relocations, st.RelocationCommits, committed)
 		o.ObserveInt64(relocations, st.RelocationAborts, aborted)
 		o.ObserveInt64(relocations, st.SealTimeouts, sealTimeout)
+		o.ObserveInt64(relocations, st.SealsForGoneSessions, sessionGone)
 		o.ObserveInt64(relocRejected, st.LateRouteUpdates, late)
 		o.ObserveInt64(relocRejected, st.RelocationProtocolErrors, protoErr)
 		o.ObserveInt64(relocRejected, st.StaleSeals, staleSeal)

@@ -32,7 +32,8 @@ type sealWait struct {
 	sessionRid string
 	gen        uint64
 	sealed     bool          // under Binder.mu: done is closed
-	done       chan struct{} // closed by the first matching 43
+	gone       bool          // under Binder.mu: done was closed because the session owner departed
+	done       chan struct{} // closed by the first matching 43, or by the owner's departure
 }
 
 // departure is, on the source, the binding sealed for a move: from Seal until the move
@@ -118,7 +119,10 @@ func (b *Binder) sealMove(ctx context.Context, t *actor.Turn, m actor.Move) erro
 	}()
 	tick := time.NewTicker(sealRetransmit)
 	defer tick.Stop()
-	for {
+	// A session owner that membership has declared departed (failed or left) can hold
+	// nothing; retireOwnedBy ends a wait that was under way when it departed.
+	gone := !b.node.Membership().IsLive(cur.owner)
+	for !gone {
 		// Each attempt waits for window room at most one retransmission interval.
 		sctx, cancel := context.WithTimeout(ctx, sealRetransmit)
 		err := b.node.Records().Send(sctx, cur.owner, rec)
@@ -128,13 +132,24 @@ func (b *Binder) sealMove(ctx context.Context, t *actor.Turn, m actor.Move) erro
 		}
 		select {
 		case <-w.done:
-			return nil
+			b.mu.Lock()
+			gone = w.gone
+			b.mu.Unlock()
+			if !gone {
+				return nil
+			}
 		case <-ctx.Done():
 			return fault.Errorf(fault.Unavailable, "binding: session owner %s did not confirm the relocation seal of %s: %w",
 				cur.owner, m.Source.ID, ctx.Err())
 		case <-tick.C:
 		}
 	}
+	// The session owner departed (membership declared it failed or left): there is
+	// no session to hold anything, and no tombstone will come. The binding ends here,
+	// as a disconnect would end it, and the Actor moves without one.
+	st.departing = nil
+	b.endCurrent(t, st)
+	return nil
 }
 
 // onSealed takes a 43 to the seal waiting for it. It runs on the node's record
@@ -192,6 +207,15 @@ func (b *Binder) restoreMove(t *actor.Turn, data []byte) error {
 	cur, err := restoredBinding(data)
 	if err != nil {
 		return err
+	}
+	if !b.node.Membership().IsLive(cur.owner) {
+		// Its session owner died while the Actor moved (the node that saw it fail
+		// retired the binding at the source, or would have): it ends here, as a
+		// disconnect, once the Actor runs.
+		t.After(0, func(t *actor.Turn) {
+			t.Deliver(&actor.SessionEnded{Session: actor.SessionID{RID: cur.sessionRid, BindingGeneration: cur.gen}})
+		})
+		return nil
 	}
 	st := state(b, t)
 	st.current = cur

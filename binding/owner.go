@@ -109,7 +109,7 @@ func (b *Binder) onReply(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	if r.Result != wire.ResultOK {
-		op.done <- bindFailure(r)
+		op.done <- bindFailure(r, op.fence)
 		return
 	}
 	if r.BindOK == nil || r.BindOK.BindingGeneration != op.gen {
@@ -164,14 +164,16 @@ func followedTerminal(r *wire.Reply, op *pendingOp) bool {
 	return op.tombstone || (r.BindOK != nil && r.BindOK.BindingGeneration == op.gen)
 }
 
-func bindFailure(r *wire.Reply) error {
+func bindFailure(r *wire.Reply, f actor.RouteFence) error {
 	switch {
 	case r.Result == wire.ResultInvalidState:
-		return fault.Errorf(fault.InvalidOperation, "binding: the bind names an ObjectGeneration that is not the Actor's")
+		return fault.Errorf(fault.InvalidOperation, "binding: bind of %s: the Actor's ObjectGeneration is no longer %d", f.ID, f.ObjectGeneration)
 	case r.Failure == wire.FailureActorRouteNotFound:
-		return fault.Errorf(fault.NotFound, "binding: no such Actor at the route")
+		return fault.Errorf(fault.NotFound, "binding: bind of %s: no activation at %s", f.ID, f.Node)
+	case r.Failure == wire.FailureActorLocationStale:
+		return fmt.Errorf("%w: %s at %s", ErrLocationStale, f.ID, f.Node)
 	}
-	return fault.Errorf(fault.Unavailable, "binding: bind refused: %s / %s", r.Result, r.Failure)
+	return fault.Errorf(fault.Unavailable, "binding: bind of %s refused: %s / %s", f.ID, r.Result, r.Failure)
 }
 
 // onPush handles a 36 from an Actor owner: accepted only when the source Actor's
@@ -186,6 +188,13 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 	s := b.byGen[body.ExpectedBindingGeneration]
 	b.mu.Unlock()
 	if s == nil {
+		if g := body.ExpectedBindingGeneration; g != 0 && g <= b.nextGen.Load() {
+			// A binding of this lifecycle that ended (its session closed, unbound, was
+			// replaced) while the Actor's pushes were on their way: expected, counted.
+			b.drops.stalePush.Add(1)
+			b.node.Records().DropExpected(from, "push for a binding that ended")
+			return
+		}
 		b.rejected(&b.drops.stalePush, from, "push for a binding generation that is not current")
 		return
 	}
@@ -241,7 +250,7 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		s.credited(body.ExpectedBindingGeneration, binary.BigEndian.Uint64(p.Data))
 	case unboundPacketName:
 		// The Actor stopped: this binding ended with it.
-		s.dropBinding(actorID, bd.gen)
+		s.dropBinding(actorID, bd.gen, endActorStopped, "")
 		b.forget(bd.gen)
 		s.failRequests(bd.gen, "the bound Actor stopped")
 	case closePacketName:
@@ -252,6 +261,14 @@ func (b *Binder) onPush(from mesh.NodeID, rec *wire.Record) {
 		}
 		_ = s.peer.Close(reason, diag)
 	default:
+		if swire.IsReservedName(p.PacketName) {
+			if fn := b.control(p.PacketName); fn != nil {
+				fn(s, p.Data)
+			} else {
+				b.rejected(&b.drops.stalePush, from, "push with an unknown control name")
+			}
+			return
+		}
 		if err := s.peer.Send(context.Background(), p.PacketName, codecOf(b.opts.Codecs, p.ContentType), p.Data, session.NonBlocking()); err != nil {
 			b.log.Debug("binding: push not delivered", "actor", actorID, "err", err)
 		}
@@ -317,7 +334,7 @@ func (s *Session) replaced(actorID string, gen uint64) {
 	timeout := s.b.opts.ReplacementCallbackTimeout
 	done := make(chan struct{})
 	force := time.AfterFunc(timeout, func() {
-		_ = peer.Close(swire.CloseServerDrain, "binding replaced; replacement callback timed out")
+		_ = peer.Close(swire.CloseServerDrain, swire.DiagnosticReplaced+" by another session; replacement callback timed out")
 	})
 	err := peer.Submit(func(ctx context.Context) {
 		defer close(done)
@@ -346,7 +363,7 @@ func (s *Session) replaced(actorID string, gen uint64) {
 			still := s.closing && !s.closed
 			s.mu.Unlock()
 			if still {
-				_ = peer.Close(swire.CloseServerDrain, "binding replaced by another session")
+				_ = peer.Close(swire.CloseServerDrain, swire.DiagnosticReplaced+" by another session")
 			}
 		})
 	}()
@@ -361,6 +378,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 		return
 	}
 	gone := ev.Member.ID
+	b.retireOwnedBy(gone)
 	b.mu.Lock()
 	var ops []*pendingOp
 	for corr, op := range b.pending {
@@ -377,7 +395,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 	for _, op := range ops {
 		op.done <- fault.Errorf(fault.Unavailable, "binding: node %s %s", gone, ev.Type)
 	}
-	why := "the node of the bound Actor " + ev.Type.String()
+	why := "the node of the bound Actor (" + gone.RID + ") " + ev.Type.String()
 	failed := 0
 	for _, s := range sessions {
 		s.mu.Lock()
@@ -385,7 +403,7 @@ func (b *Binder) onMembership(ev mesh.MemberEvent) {
 		for id, bd := range s.binds {
 			if bd.fence.Node == gone {
 				gens = append(gens, bd.gen)
-				s.removeBound(id, bd.gen)
+				s.endBound(id, bd.gen, endNodeFailed, why)
 			}
 		}
 		pkts := s.takeRequests(func(pr pendingRequest) bool { return pr.node == gone })

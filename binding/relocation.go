@@ -85,23 +85,38 @@ func (s *Session) dropHold(bd *bound) {
 
 // ownSession returns the session a relocation record names, if this node is the
 // session owner it names (node lifecycle, owner id, lease) and the session is live.
-func (b *Binder) ownSession(f wire.SessionFence) *Session {
+// mine reports whether the record names this node's lifecycle as the session owner, and
+// a well-formed session RID, whether or not the session is still there.
+func (b *Binder) ownSession(f wire.SessionFence) (s *Session, mine bool) {
 	self := b.node.ID()
 	if f.OwnerNodeRID != self.RID || f.OwnerNodeGeneration != self.Generation || f.OwnerID != b.opts.OwnerID ||
 		f.OwnerLeaseGeneration != self.Generation {
-		return nil
+		return nil, false
 	}
 	id, ok := parseSessionRID(f.SessionRID)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	b.mu.Lock()
-	s := b.sessions[id]
+	s = b.sessions[id]
 	b.mu.Unlock()
 	if s == nil || s.rid != f.SessionRID {
-		return nil
+		return nil, true
 	}
-	return s
+	return s, true
+}
+
+// bindPending reports whether a bind of binding generation gen is still waiting for
+// its terminal here.
+func (b *Binder) bindPending(gen uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, op := range b.pending {
+		if op.gen == gen && !op.tombstone {
+			return true
+		}
+	}
+	return false
 }
 
 // parseSessionRID is the inverse of sessionRID.
@@ -125,19 +140,33 @@ func (b *Binder) onSeal(from mesh.NodeID, rec *wire.Record) {
 	if !ok {
 		return
 	}
-	s := b.ownSession(body.Session)
-	if s == nil {
+	s, mine := b.ownSession(body.Session)
+	if !mine {
 		b.rejected(&b.drops.staleSeals, from, "relocation seal for a session this node does not own")
 		return
 	}
 	sealed := &wire.Record{Body: &wire.SessionRelocationSealed{
 		Relocation: body.Relocation, Coordinator: body.Coordinator, Actor: body.Actor, Session: body.Session,
 	}}
-	v, why, answer := s.seal(from, body, sealed)
+	v, why, answer := verdictGone, "", true
+	if s != nil {
+		v, why, answer = s.seal(from, body, sealed)
+	}
 	switch v {
 	case verdictApplied:
 		b.drops.seals.Add(1)
 	case verdictIdempotent:
+	case verdictGone:
+		// The session, or this binding of it, is gone (closed, unbound, replaced by a
+		// rebind): there is nothing to hold, so the seal completes at once instead of
+		// leaving the move to wait out its deadline. The binding's tombstone, already on
+		// its way to the Actor, follows it to the target and ends it there. A 42 that
+		// overtook the terminal of its own bind is not answered: its retransmission
+		// finds the binding.
+		if b.bindPending(body.Session.BindingGeneration) {
+			return
+		}
+		b.drops.sealsGone.Add(1)
 	case verdictProtocolError:
 		b.relocationProtocolError(from, "seal", body.Relocation, s.rid, why)
 		return
@@ -164,7 +193,10 @@ func (s *Session) seal(from mesh.NodeID, body *wire.SessionRelocationSeal, seale
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	bd := s.binds[body.Actor.Actor.ID]
-	if s.closed || bd == nil || bd.gen != body.Session.BindingGeneration || bd.fence.ObjectGeneration != body.Actor.Actor.Generation {
+	if s.closed || bd == nil || bd.gen != body.Session.BindingGeneration {
+		return verdictGone, "", true
+	}
+	if bd.fence.ObjectGeneration != body.Actor.Actor.Generation {
 		return verdictStale, "the binding it names is not current", false
 	}
 	v, why = bd.barrier.seal(body, bd.fence, from)
@@ -217,9 +249,17 @@ func (b *Binder) onRoute(from mesh.NodeID, rec *wire.Record) {
 	if !ok {
 		return
 	}
-	s := b.ownSession(body.Session)
+	s, mine := b.ownSession(body.Session)
 	if s == nil {
-		// The session is gone: most often closed by this very seal's timeout.
+		if mine {
+			// The session is gone: closed by this very seal's timeout (its Warning was
+			// logged then), or closed before the seal, which was answered at once
+			// (onSeal): either way an expected end, counted, not a fault.
+			b.drops.lateRoutes.Add(1)
+			b.log.Debug("binding: route update for a session that is gone", "from", from.String(),
+				"session", body.Session.SessionRID, "actor", body.Actor.ID)
+			return
+		}
 		b.lateRoute(from, body, "the session is not live")
 		return
 	}

@@ -38,6 +38,9 @@ type Session struct {
 	closing    bool
 	closed     bool
 	onReplaced func(ctx context.Context, actorID string)
+	// ended remembers why the session's latest bindings ended (at most maxEnded, the
+	// oldest forgotten first), so that a relay to one of them says so.
+	ended []endedBinding
 
 	// The session's ingress gate (session.Peer.SetIngressGate) reads these lock-free.
 	inflight     atomic.Int64 // len(requests)
@@ -54,6 +57,7 @@ type pendingRequest struct {
 	gen      uint64
 	node     mesh.NodeID // where the Actor lives: its failure fails the request
 	deadline int64       // unix nanos; 0: none
+	start    time.Time   // when it was relayed, for the latency histogram
 }
 
 // Binding describes one current binding.
@@ -119,8 +123,9 @@ func (s *Session) bindsChanged() {
 
 // addRequest records a relayed Request. s.mu is held.
 func (s *Session) addRequest(seq uint64, pr pendingRequest) {
+	pr.start = time.Now()
 	if d := s.b.opts.RelayTimeout; d > 0 {
-		pr.deadline = time.Now().Add(d).UnixNano()
+		pr.deadline = pr.start.Add(d).UnixNano()
 		if s.expiryAt == 0 {
 			s.armExpiry(pr.deadline)
 		}
@@ -179,6 +184,9 @@ func (s *Session) OnReplaced(fn func(ctx context.Context, actorID string)) {
 	s.onReplaced = fn
 	s.mu.Unlock()
 }
+
+// Peer returns the session's connection.
+func (s *Session) Peer() *session.Peer { return s.peer }
 
 // Bindings lists the current bindings, by ActorId.
 func (s *Session) Bindings() []Binding {
@@ -296,17 +304,85 @@ func (s *Session) end(ctx context.Context, actorID string) error {
 	// The binding stays current until the Actor's notice has run (its callback may
 	// still push to this session); the tombstone's terminal ends it here.
 	err := s.b.roundTrip(ctx, s, fence, gen, true)
-	s.dropBinding(actorID, gen)
+	s.dropBinding(actorID, gen, endUnbound, "")
 	s.b.forget(gen)
 	s.failRequests(gen, "the binding ended")
 	return err
 }
 
-// dropBinding removes the binding of actorID if it is still generation gen.
-func (s *Session) dropBinding(actorID string, gen uint64) {
+// dropBinding removes the binding of actorID if it is still generation gen, and
+// remembers why it ended.
+func (s *Session) dropBinding(actorID string, gen uint64, why endCause, detail string) {
 	s.mu.Lock()
-	s.removeBound(actorID, gen)
+	s.endBound(actorID, gen, why, detail)
 	s.mu.Unlock()
+}
+
+// endCause is why a binding of this session ended.
+type endCause uint8
+
+const (
+	endUnbound      endCause = iota + 1 // the session unbound it
+	endActorStopped                     // the Actor stopped (its node shut down, it was collected)
+	endNodeFailed                       // the Actor's node failed or left the mesh
+)
+
+// endedBinding is one binding that ended, and why.
+type endedBinding struct {
+	actorID string
+	cause   endCause
+	detail  string // the node that failed, when cause is endNodeFailed
+}
+
+// maxEnded bounds what a session remembers of its ended bindings.
+const maxEnded = 16
+
+// endBound removes the binding of actorID if it is still generation gen and remembers
+// why it ended. s.mu is held.
+func (s *Session) endBound(actorID string, gen uint64, why endCause, detail string) {
+	if !s.removeBound(actorID, gen) {
+		return
+	}
+	s.ended = slices.DeleteFunc(s.ended, func(e endedBinding) bool { return e.actorID == actorID })
+	if len(s.ended) == maxEnded {
+		s.ended = slices.Delete(s.ended, 0, 1)
+	}
+	s.ended = append(s.ended, endedBinding{actorID: actorID, cause: why, detail: detail})
+}
+
+// notBound is the error of a relay to actorID ("" for the session's only binding) that
+// the session has no binding of: ErrBindingLost (Unavailable: bind again) when its
+// binding ended because its Actor's node failed or the Actor stopped, else ErrNotBound
+// (InvalidOperation), saying what the session is bound to. s.mu is held.
+func (s *Session) notBound(actorID string) error {
+	if actorID == "" && len(s.binds) > 1 {
+		return fault.WithText(ErrNotBound, fmt.Sprintf(
+			"binding: the session is bound to %d Actors; a relay must name one (packet metadata %q)", len(s.binds), "actor"))
+	}
+	var e *endedBinding
+	for i := len(s.ended) - 1; i >= 0; i-- {
+		if actorID == "" || s.ended[i].actorID == actorID {
+			e = &s.ended[i]
+			break
+		}
+	}
+	if e != nil {
+		switch e.cause {
+		case endNodeFailed:
+			return fault.WithText(ErrBindingLost, fmt.Sprintf(
+				"binding: the session's binding of %s ended: %s; bind it again", e.actorID, e.detail))
+		case endActorStopped:
+			return fault.WithText(ErrBindingLost, fmt.Sprintf(
+				"binding: the session's binding of %s ended: the Actor stopped; bind it again", e.actorID))
+		case endUnbound:
+			return fault.WithText(ErrNotBound, fmt.Sprintf(
+				"binding: the session unbound %s; bind it again to relay to it", e.actorID))
+		}
+	}
+	if actorID == "" {
+		return fault.WithText(ErrNotBound, "binding: the session is not bound to any Actor; bind one first")
+	}
+	return fault.WithText(ErrNotBound, fmt.Sprintf("binding: the session is not bound to %s; bind it first", actorID))
 }
 
 // failRequests answers the relayed requests of binding gen that are still waiting:
@@ -360,8 +436,9 @@ func (s *Session) Relay(ctx context.Context, actorID string, pkt *session.Packet
 	}
 	bd, ok := s.binds[actorID]
 	if !ok {
+		err := s.notBound(actorID)
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNotBound, actorID)
+		return err
 	}
 	s.seq++
 	seq := s.seq
@@ -457,6 +534,9 @@ func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 		return nil
 	}
 	s.removeRequest(seq)
+	if h := s.b.relayLatency; h != nil {
+		h.Record(context.Background(), time.Since(pr.start).Seconds())
+	}
 	return pr.pkt
 }
 
@@ -487,8 +567,8 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 	s := b.Session(peer)
 	var err error
 	// Up to three looks: the cached route, the directory's entry, and the directory's
-	// entry once more after it checked the one that named no activation (each failed
-	// fence goes with the next look-up, and the holder replaces it if it is stale).
+	// entry once more after it checked the one that failed (each failed fence goes with
+	// the next look-up, and the holder replaces it if it is stale).
 	for attempt := 0; attempt < 3; attempt++ {
 		var f actor.RouteFence
 		// A cached route saves a directory look-up (and its future) per bind; a stale
@@ -497,7 +577,10 @@ func (b *Binder) Bind(ctx context.Context, peer *session.Peer, to actor.Address)
 			return Binding{}, err
 		}
 		var bd Binding
-		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) {
+		// A route that names no activation (NotFound) or a location the Actor has left
+		// (it moved away and back: the activation is there under a newer authority) is
+		// dropped at once, and the directory asked.
+		if bd, err = s.Bind(ctx, f); !errors.Is(err, fault.NotFound) && !errors.Is(err, ErrLocationStale) {
 			return bd, err
 		}
 		b.actors.ForgetStale(to, f)

@@ -88,6 +88,19 @@ func (s *sentinel) Unwrap() error { return s.kind }
 // sentinel and k.
 func New(k Kind, msg string) error { return &sentinel{kind: k, msg: msg} }
 
+// WithText returns an error whose message is text, exactly, and which matches err
+// (a sentinel, a Kind) with errors.Is. It rebuilds an error that crossed nodes: the
+// peer's message already names the error, so prefixing it again would repeat it.
+func WithText(err error, text string) error { return &withText{err: err, text: text} }
+
+type withText struct {
+	err  error
+	text string
+}
+
+func (w *withText) Error() string { return w.text }
+func (w *withText) Unwrap() error { return w.err }
+
 // Errorf returns an error of kind k with a formatted message; %w verbs wrap as in
 // fmt.Errorf, and errors.Is also matches k.
 func Errorf(k Kind, format string, args ...any) error {

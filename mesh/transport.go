@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/histogram"
+	"github.com/meshnode/meshnode/internal/protoactor/remote"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
 )
@@ -24,7 +27,30 @@ const recordsActorName = "$records"
 var (
 	// ErrStopped: this node is shutting down (kind ShuttingDown).
 	ErrStopped = fault.New(fault.ShuttingDown, "mesh: node stopped")
+	// ErrRecordTooLarge: a record's payload is over MaxRecordPayload (kind
+	// CapacityExceeded). Nothing was sent.
+	ErrRecordTooLarge = fault.New(fault.CapacityExceeded, "mesh: record payload over the limit between nodes")
 )
+
+// MaxRecordPayload bounds the payload of one record between nodes (an Actor message,
+// a relayed packet, a push, a reply) and the state a move carries. A larger one is
+// refused with ErrRecordTooLarge when it is sent, instead of reaching the peer's gRPC
+// server over its message limit (grpcMaxMessage), which breaks the stream and loses
+// every other record on it.
+const MaxRecordPayload = 4 << 20
+
+// grpcMaxMessage is what a node's gRPC server accepts in one message: a record at
+// MaxRecordPayload with its envelope, or a batch of smaller ones (the endpoint writer
+// splits its batches at remote.MaxBatchBytes, which is MaxRecordPayload).
+const grpcMaxMessage = max(MaxRecordPayload, remote.MaxBatchBytes) + 1<<20
+
+// checkPayload refuses a record whose payload is over MaxRecordPayload.
+func checkPayload(rec *wire.Record) error {
+	if p := rec.Payload; p != nil && len(p.Data) > MaxRecordPayload {
+		return fmt.Errorf("%w: record %s with %d payload bytes (limit %d)", ErrRecordTooLarge, rec.Command(), len(p.Data), MaxRecordPayload)
+	}
+	return nil
+}
 
 // Drop reasons of zlink.mesh_node.messages.dropped (digest §10).
 const (
@@ -140,7 +166,8 @@ func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec
 	from = NodeID{RID: env.FromRid, Generation: env.FromGeneration}
 	to := NodeID{RID: env.ToRid, Generation: env.ToGeneration}
 	if n.stopping.Load() {
-		n.drop(DropShutdown, from, "node shutting down", nil)
+		// This node chose to stop: what still arrives is expected, counted, not a fault.
+		n.dropExpected(DropShutdown, from, "node shutting down")
 		return from, nil, false
 	}
 	if to.RID != n.id.RID || to.Generation != n.id.Generation {
@@ -178,6 +205,42 @@ func (n *Node) accept(env *meshpb.Envelope, dec *wire.Decoder) (from NodeID, rec
 // dropStale: see Records.DropStale.
 func (n *Node) dropStale(from NodeID, detail string) {
 	n.drop(DropStaleTarget, from, detail, nil)
+}
+
+// dropExpected counts a drop that is the expected end of a race (a record that crossed
+// a close or a shutdown) and logs it at debug level only.
+func (n *Node) dropExpected(reason string, from NodeID, detail string) {
+	n.metrics.dropped(reason)
+	n.log.Debug("mesh: record dropped", "reason", reason, "from", from.String(), "detail", detail)
+}
+
+// connectionLossGrace is how long after losing the connection to a peer the mesh
+// waits before it calls the loss a fault: a peer that leaves closes it, and so does
+// one that dies, which membership reports within its failure detection (about 2 s
+// with the LAN timing).
+const connectionLossGrace = 5 * time.Second
+
+// onEndpointEvent watches protoactor's endpoint writers, which log a lost stream at
+// debug level only (protoactor patch 12): a leave closes the stream too, and membership
+// reports a peer that leaves or dies. A stream lost to a member that is still the same
+// live lifecycle connectionLossGrace later is a fault (a network fault, a broken
+// stream): records on it may have been lost, and that is logged at warning level.
+func (n *Node) onEndpointEvent(evt any) {
+	ev, ok := evt.(*remote.EndpointTerminatedEvent)
+	if !ok || n.stopping.Load() {
+		return
+	}
+	mem, live := n.members.liveAt(ev.Address)
+	if !live {
+		return
+	}
+	time.AfterFunc(connectionLossGrace, func() {
+		if n.stopping.Load() || n.members.liveMember(mem.ID) == nil {
+			return
+		}
+		n.log.Warn("mesh: the connection to a live member was lost; records in flight on it may be lost",
+			"rid", mem.ID.RID, "generation", mem.ID.Generation, "remote", ev.Address)
+	})
 }
 
 // onDeadLetter counts envelopes addressed to an actor that no longer exists.
@@ -270,6 +333,9 @@ func (n *Node) trySend(to NodeID, rec *wire.Record) error {
 func (n *Node) sendTo(ctx context.Context, to NodeID, pid *actor.PID, rec *wire.Record, maxWait time.Duration) error {
 	if n.stopping.Load() {
 		return ErrStopped
+	}
+	if err := checkPayload(rec); err != nil {
+		return err
 	}
 	mem := n.members.liveMember(to)
 	if mem == nil {
@@ -411,9 +477,15 @@ type meshMetrics struct {
 	drops metric.Int64Counter
 	attrs sync.Map // drop reason -> *dropReason
 	reg   metric.Registration
+	// sendLatency: how long the first record of each coalesced envelope waited
+	// toward its peer (coalesce.go).
+	sendLatency metric.Float64Histogram
 }
 
-func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *suspicionCounts) (*meshMetrics, error) {
+// memberStates are the states meshnode.mesh.members reports, each always (0 too).
+var memberStates = []MemberState{StateAlive, StateSuspect, StateDead, StateLeft}
+
+func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *suspicionCounts, known func() []Member) (*meshMetrics, error) {
 	m := &meshMetrics{}
 	var err error
 	zm := mp.Meter("zlink.framework")
@@ -462,8 +534,31 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 	if err != nil {
 		return nil, err
 	}
+	members, err := mm.Int64ObservableGauge("meshnode.mesh.members", metric.WithUnit("{node}"),
+		metric.WithDescription("Members this node knows, itself included, by state: alive, suspect (its failure detector got no ack from it), dead (failed), left; the departed are forgotten after 256."))
+	if err != nil {
+		return nil, err
+	}
+	if m.sendLatency, err = mm.Float64Histogram("meshnode.mesh.record.send_latency", metric.WithUnit("s"),
+		metric.WithDescription("How long records waited toward a peer before their envelope was handed to gRPC: the first record of each coalesced envelope, which waited longest."),
+		metric.WithExplicitBucketBoundaries(histogram.Seconds...)); err != nil {
+		return nil, err
+	}
+	stateAttrs := make([]metric.ObserveOption, len(memberStates))
+	for i, st := range memberStates {
+		stateAttrs[i] = metric.WithAttributes(attribute.String("state", string(st)))
+	}
 	dirs := [2]string{string(Inbound), string(Outbound)}
 	m.reg, err = mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var byState [4]int64
+		for _, mem := range known() {
+			if i := slices.Index(memberStates, mem.State); i >= 0 {
+				byState[i]++
+			}
+		}
+		for i := range memberStates {
+			o.ObserveInt64(members, byState[i], stateAttrs[i])
+		}
 		o.ObserveInt64(suspected, sus.suspected.Load())
 		o.ObserveInt64(refuted, sus.refuted.Load())
 		fs := flowStats()
@@ -481,7 +576,7 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 			}
 		}
 		return nil
-	}, records, unacked, unackedBytes, fullPeers, waits, envelopes, suspected, refuted)
+	}, records, unacked, unackedBytes, fullPeers, waits, envelopes, suspected, refuted, members)
 	if err != nil {
 		return nil, err
 	}

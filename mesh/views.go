@@ -63,6 +63,30 @@ func (m *Membership) Subscribe(fn func(MemberEvent)) (unsubscribe func()) {
 	return m.n.members.subscribe(fn)
 }
 
+// WaitLive waits until at least n members (this node included) are live in this
+// node's view, or ctx ends (its error, wrapped, naming how many are live).
+func (m *Membership) WaitLive(ctx context.Context, n int) error {
+	changed := make(chan struct{}, 1)
+	unsubscribe := m.Subscribe(func(MemberEvent) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer unsubscribe()
+	for {
+		live := len(m.Live())
+		if live >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fault.Errorf(fault.DeadlineExceeded, "mesh: %d of the %d members waited for are live: %w", live, n, ctx.Err())
+		}
+	}
+}
+
 // FailureBound is the longest a member of this mesh can take to declare a peer failed
 // that it can no longer reach: memberlist's suspicion timeout when no other member
 // confirms the suspicion (the node alone on its side of a partition), plus one probe.
@@ -73,6 +97,22 @@ func (m *Membership) FailureBound() time.Duration { return m.n.failureBound() }
 
 // Joined is closed once another member has joined this node's view.
 func (m *Membership) Joined() <-chan struct{} { return m.n.members.joined }
+
+// WaitJoined waits until this node is in the mesh: it joined through one of its seeds
+// (Config.Join), or it has none. It returns when that happened, an error matching
+// ErrDuplicateRID when a seed's mesh already has a live member with this node's RID
+// (the node is refused: close it; Node.Leave then sends no leave), or ctx's error.
+func (m *Membership) WaitJoined(ctx context.Context) (at time.Time, err error) {
+	mm := m.n.members
+	select {
+	case <-mm.seeded:
+		return mm.settledAt, nil
+	case <-mm.refused:
+		return time.Time{}, mm.refusal()
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
 
 // Records is a node's record transport: numbered service-wire records to and from the
 // other node lifecycles of the mesh, validated before dispatch, under flow control.
@@ -187,6 +227,13 @@ func (r *Records) Arrived(env *meshpb.Envelope) bool { return r.n.arrived(env) }
 // is no longer current).
 func (r *Records) DropStale(from NodeID, detail string) { r.n.dropStale(from, detail) }
 
+// DropExpected counts a stale_target drop that is the expected end of a race (a push
+// that crossed its session's close, say) and logs it at debug level only: DropStale is
+// for records no correct peer sends.
+func (r *Records) DropExpected(from NodeID, detail string) {
+	r.n.dropExpected(DropStaleTarget, from, detail)
+}
+
 // OnUndeliverable installs fn to see envelopes addressed to a local actor that does
 // not exist (by name); fn reports whether it took care of the envelope. Otherwise the
 // envelope is counted as a stale_target drop.
@@ -208,4 +255,4 @@ func (r *Records) SetTap(fn func(TapRecord)) { r.n.setTap(fn) }
 // Known returns every member this node knows, itself included, sorted by RID, in the
 // state gossip last reported, without probing any (Members probes every live member:
 // too much for a page polled every second).
-func (m *Membership) Known() []Member { return m.n.members.members() }
+func (m *Membership) Known() []Member { return m.n.members.withSuspicion(m.n.members.members()) }

@@ -50,9 +50,9 @@ type callDone struct {
 
 func (w *worker) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
-	case actor.Started:
+	case *actor.Started:
 		w.start(ctx)
-	case actor.Stopping:
+	case *actor.Stopping:
 		w.endSession()
 		if w.host != nil {
 			_ = w.host.Close(context.WithoutCancel(ctx.Context))
@@ -60,20 +60,20 @@ func (w *worker) Receive(ctx *actor.Context) {
 		if w.server != nil {
 			w.server.Close()
 		}
-	case actor.SessionBound:
+	case *actor.SessionBound:
 		w.endSession()
 		w.session = m.Session
 		if w.host != nil {
 			id := m.Session.RID + "#" + strconv.FormatUint(m.Session.BindingGeneration, 10)
 			w.ep = w.host.Endpoint(ctx.Context, Client{ID: id, Transport: "session"})
 		}
-	case actor.SessionEnded:
+	case *actor.SessionEnded:
 		if m.Session == w.session {
 			w.endSession()
 		}
 	case *actor.SessionPacket:
 		w.packet(ctx, m)
-	case callDone:
+	case *callDone:
 		if m.err != nil {
 			_ = m.pending.ReplyError(wireError(m.err))
 			return
@@ -155,7 +155,7 @@ func (w *worker) packet(ctx *actor.Context, p *actor.SessionPacket) {
 			p := pending
 			mu.Unlock()
 			if p != nil {
-				post(callDone{pending: p, raw: raw, err: err})
+				post(&callDone{pending: p, raw: raw, err: err})
 			}
 		})
 		mu.Lock()

@@ -65,6 +65,10 @@ var (
 	// ErrSlowConsumer is returned by a NonBlocking send to a session whose outbound
 	// queue reached its hard limit; the session is closed with it (a transport error).
 	ErrSlowConsumer = fault.New(fault.CapacityExceeded, "stream session is a slow consumer: its outbound queue is full")
+	// ErrBehind is returned by Peer.SendFrame to a session whose outbound queue is at
+	// its soft limit (MaxPendingWrite): the frame is not queued and the session stays
+	// open; the caller decides what a client that falls behind loses (topics drop it).
+	ErrBehind = fault.New(fault.CapacityExceeded, "stream session is behind: its outbound queue is at its soft limit")
 	// ErrAlreadyReplied is returned by a second reply to the same request.
 	ErrAlreadyReplied = fault.New(fault.InvalidOperation, "request already replied")
 	// ErrMessageTooLarge marks an inbound message over MaxMessageSize (EMSGSIZE).

@@ -197,6 +197,35 @@ func (p *Peer) Send(ctx context.Context, name string, c wire.Codec, payload []by
 	return p.c.send(ctx, &h, payload, opts, writePush)
 }
 
+// Frame is a STREAM frame encoded once, to be written to many sessions as it is (a
+// topic's fan-out): see EncodeSend and Peer.SendFrame.
+type Frame struct{ b []byte }
+
+// Len returns the frame's size on the wire.
+func (f Frame) Len() int { return len(f.b) }
+
+// EncodeSend encodes a Send frame named name, with payload in codec c and the metadata
+// block md (nil: none), checked as Peer.Send checks it.
+func EncodeSend(name string, c wire.Codec, payload []byte, md wire.Metadata) (Frame, error) {
+	h := wire.Header{Kind: wire.KindSend, Codec: c, Name: name, Metadata: md}
+	b, err := wire.AppendFrame(nil, &h, payload)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{b: b}, nil
+}
+
+// SendFrame queues f for the client and never waits: not for the socket, not for queue
+// space. A session whose outbound queue is at its soft limit (MaxPendingWrite) does not
+// take it: SendFrame returns ErrBehind and the session stays open. It returns
+// ErrSessionClosed once the connection is closing.
+func (p *Peer) SendFrame(f Frame) error {
+	if len(f.b) == 0 {
+		return fmt.Errorf("stream session: SendFrame of an empty frame")
+	}
+	return p.c.enqueue(p.c.ctx, nil, f.b, writeSoft)
+}
+
 // SendValue marshals v with codec c and pushes it as a Send frame.
 func (p *Peer) SendValue(ctx context.Context, name string, c wire.Codec, v any, opts ...SendOption) error {
 	b, err := p.c.host.codecs.Marshal(c, v)

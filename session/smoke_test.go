@@ -16,7 +16,7 @@ import (
 
 func TestSmokeEchoOverTCP(t *testing.T) {
 	h := session.NewHost(session.HostOptions{})
-	h.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil))
+	h.AddStreamNode("gw").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil, nil))
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestStartFailureReleasesEverything(t *testing.T) {
 	_ = free.Close()
 
 	h := session.NewHost(session.HostOptions{})
-	h.AddStreamNode("a").Bind("tcp://" + freeAddr).Session(sampleapp.Type(nil))
+	h.AddStreamNode("a").Bind("tcp://" + freeAddr).Session(sampleapp.Type(nil, nil))
 	h.AddStreamNode("b").Bind("tcp://" + busy.Addr().String()).Session(session.NewSessionType(func() *otherSession { return &otherSession{} }))
 	if err := h.Start(context.Background()); err == nil {
 		t.Fatal("Start succeeded on a busy port")

@@ -29,12 +29,16 @@ const (
 	// writeNoWait never waits: past the hard limit the client is a slow consumer, its
 	// session is closed and the frame fails with ErrSlowConsumer.
 	writeNoWait
+	// writeSoft never waits either: at the soft limit the frame fails with ErrBehind and
+	// the session stays open (a topic's fan-out drops a subscriber that falls behind).
+	writeSoft
 )
 
-// enqueue queues one frame for the socket (see writeMode).
+// enqueue queues one frame for the socket (see writeMode). With h nil, payload is a
+// whole frame encoded already (EncodeSend), written as it is.
 func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, mode writeMode) error {
 	limit := int64(c.node.socket.MaxPendingWrite)
-	if mode != writePush {
+	if mode != writePush && mode != writeSoft {
 		limit *= 2
 	}
 	for {
@@ -48,10 +52,15 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, mode
 		}
 		if q := c.wqueued.Load(); q == 0 || q < limit {
 			n := len(c.wbuf)
-			out, err := wire.AppendFrame(c.wbuf, h, payload)
-			if err != nil {
-				c.wmu.Unlock()
-				return err
+			var out []byte
+			if h == nil {
+				out = append(c.wbuf, payload...)
+			} else {
+				var err error
+				if out, err = wire.AppendFrame(c.wbuf, h, payload); err != nil {
+					c.wmu.Unlock()
+					return err
+				}
 			}
 			c.wbuf = out
 			c.wqueued.Add(int64(len(out) - n))
@@ -73,16 +82,19 @@ func (c *conn) enqueue(ctx context.Context, h *wire.Header, payload []byte, mode
 			// writer goroutine.
 			c.wactive = true
 			c.wmu.Unlock()
-			if mode == writeNoWait && !c.host.opts.NoInlineTurns && c.writeNow() {
+			if (mode == writeNoWait || mode == writeSoft) && !c.host.opts.NoInlineTurns && c.writeNow() {
 				return nil
 			}
 			go c.drain()
 			return nil
 		}
 		c.wmu.Unlock()
-		if mode == writeNoWait {
+		switch mode {
+		case writeNoWait:
 			c.slowConsumer()
 			return ErrSlowConsumer
+		case writeSoft:
+			return ErrBehind
 		}
 		ch := c.drained.Wait()
 		if c.wqueued.Load() < limit {

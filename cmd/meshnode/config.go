@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,8 @@ import (
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/store"
+	"github.com/meshnode/meshnode/store/pgstore"
 )
 
 // serveConfig is the binary's configuration, from flags.
@@ -68,6 +71,13 @@ type serveConfig struct {
 	drainActors bool
 	// sources says where each flag's value came from (meshnode config).
 	sources map[string]string
+
+	// storeURL names the Actor state store (empty: the embedded store in dataDir);
+	// dataDir is the node's own directory (defaulted from the node id).
+	storeURL string
+	dataDir  string
+	// storeWhere and dataDirWhere name where the values came from, for errors.
+	storeWhere, dataDirWhere string
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -101,7 +111,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving the dashboard at /, the JSON admin API, /metrics, /healthz, /readyz (empty = off)")
 	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
-	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as `meshnode drain` does)")
+	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as meshnode drain does)")
 	fs.StringVar(&raw.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
 	fs.StringVar(&cfg.nodeID, "node-id", "", "stable node RID (default: the advertised mesh address)")
@@ -117,6 +127,8 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.IntVar(&cfg.maxRelayedRequests, "max-relayed-requests", binding.DefaultMaxRelayedRequests, "relayed requests of one session awaiting replies; past it the session stops reading")
 	fs.DurationVar(&cfg.relayTimeout, "relay-timeout", binding.DefaultRelayTimeout, "a relayed request without a reply fails with deadline_exceeded after this (-1s = never)")
 	fs.Var(&raw.wsOrigins, "ws-origin", "browser origin host pattern allowed to open ws:// and wss:// sessions, repeatable (default: any origin; clients that send no Origin header are always allowed)")
+	fs.StringVar(&cfg.storeURL, "store", "", "where Actors keep their state: bolt:PATH (embedded), postgres://user:password@host:port/db (PostgreSQL, shared by a fleet), memory: (lost at exit); default: the embedded store in --data-dir")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "the node's own directory; the embedded store is DIR/state.db (default ./meshnode-data/<node id>)")
 	fs.StringVar(&raw.config, "config", "", "configuration file, TOML or YAML (.yaml, .yml): keys are the flag names (a repeatable flag takes an array)")
 }
 
@@ -138,15 +150,26 @@ func configParser(path string) ff.ConfigFileParser {
 // parseSources parses args, the environment and the configuration file into fs
 // (precedence flag > env > file > default, peterbourgon/ff), and says where each flag's
 // value came from: "flag", "env MESHNODE_X", "file PATH" or "default".
+//
+// A MESHNODE_* variable or a file key that names no flag is an error naming it (and
+// the setting it most likely meant): a misspelt setting must not be ignored.
 func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
+	if err := checkEnvNames(fs, os.Environ()); err != nil {
+		return nil, err
+	}
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix(envPrefix), ff.WithEnvVarSplit(","),
 		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(func(r io.Reader, set func(name, value string) error) error {
 			// ff reads the file once the command line and the environment are parsed:
 			// --config holds its path by then.
-			return configParser(fs.Lookup("config").Value.String())(r, set)
+			return configParser(fs.Lookup("config").Value.String())(r, func(name, value string) error {
+				if fs.Lookup(name) == nil {
+					return fmt.Errorf("key %q is not a meshnode setting%s", name, didYouMean(fs, name, func(s string) string { return s }))
+				}
+				return set(name, value)
+			})
 		}))
 	if err != nil {
-		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config file") {
+		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config") {
 			return nil, fmt.Errorf("config file %s: %w", cf.Value.String(), err)
 		}
 		return nil, err
@@ -169,7 +192,7 @@ func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 		if sources[f.Name] != "" {
 			return
 		}
-		env := envPrefix + "_" + strings.ReplaceAll(strings.ToUpper(f.Name), "-", "_")
+		env := envName(f.Name)
 		switch _, set := os.LookupEnv(env); {
 		case set:
 			sources[f.Name] = "env " + env
@@ -197,7 +220,10 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	defineFlags(fs, &cfg, &raw)
 	sources, err := parseSources(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) || strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, nil, errHelped // the flag package printed the flags
+		}
+		if strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
 			return cfg, nil, errUsage
 		}
 		return cfg, nil, err
@@ -303,7 +329,40 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	if err := checkTLSFiles(cfg, where); err != nil {
 		return cfg, nil, err
 	}
+	cfg.storeWhere, cfg.dataDirWhere = where("store"), where("data-dir")
+	if cfg.storeURL != "" {
+		loc, err := store.ParseURL(cfg.storeURL)
+		if err == nil && loc.Scheme == "postgres" {
+			_, err = pgstore.ParseURL(loc.URL)
+		}
+		if err != nil {
+			return cfg, nil, fmt.Errorf("%s: %w", cfg.storeWhere, err)
+		}
+	}
+	if cfg.dataDir == "" {
+		cfg.dataDir = defaultDataDir(cfg.nodeID, cfg.meshAddr)
+	}
 	return cfg, sources, nil
+}
+
+// defaultDataDir is ./meshnode-data/ and the node's RID (its --node-id, else its mesh
+// address) with every character outside [A-Za-z0-9._-] made '_'.
+func defaultDataDir(nodeID, meshAddr string) string {
+	id := nodeID
+	if id == "" {
+		id = meshAddr
+	}
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	name := string(b)
+	if name == "" || name == "." || name == ".." {
+		name = "node"
+	}
+	return filepath.Join("meshnode-data", name)
 }
 
 // checkListeners refuses a STREAM endpoint given twice, and two endpoints on the same
@@ -390,7 +449,7 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	// relay, Retain what a relay holds; the services' cancel only looks its id up), so
 	// the session reuses them.
 	nc.Session = func(n *meshnode.Node) session.SessionType {
-		return n.ServeServices(sampleapp.Mux(n.Binder())).Type().ReuseSendPackets()
+		return n.ServeServices(sampleapp.Mux(n.Binder(), n.Topics())).Type().ReuseSendPackets()
 	}
 	nc.Kinds = sampleapp.Kinds()
 	nc.Services = func(n *meshnode.Node) []services.Facet {
@@ -410,5 +469,67 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	nc.Binding = binding.Options{RelayTimeout: c.relayTimeout, MaxBindingsPerSession: c.maxBindingsPerSession,
 		MaxRelayedRequests: c.maxRelayedRequests}
 	nc.Logger, nc.MeterProvider = log, meters
+	nc.StoreURL, nc.DataDir = c.storeURL, c.dataDir
 	return nc
+}
+
+// checkEnvNames refuses a MESHNODE_* variable of env that names no flag of fs.
+func checkEnvNames(fs *flag.FlagSet, env []string) error {
+	var bad []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix+"_") {
+			continue
+		}
+		flagName := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, envPrefix+"_")), "_", "-")
+		if fs.Lookup(flagName) == nil {
+			bad = append(bad, fmt.Sprintf("environment variable %s is not a meshnode setting%s", name, didYouMean(fs, flagName, envName)))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return envPrefix + "_" + strings.ReplaceAll(strings.ToUpper(name), "-", "_")
+}
+
+// didYouMean suggests the flag of fs closest to name (at most a third of its letters
+// apart), written as show writes it: " (did you mean X?)", or "".
+func didYouMean(fs *flag.FlagSet, name string, show func(string) string) string {
+	best, bestD := "", len(name)/3+1
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + show(best) + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +25,25 @@ import (
 	"github.com/meshnode/meshnode/session/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// A node started by a test keeps its embedded store in a directory of the test's
+	// (startBinary gives each node its own), never under ./meshnode-data in the tree.
+	dir, err := os.MkdirTemp("", "meshnode-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_ = os.Setenv("MESHNODE_DATA_DIR", dir)
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // lineWriter hands each written line to a channel, so the test waits on output.
 type lineWriter struct {
@@ -48,22 +68,34 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop func() error) {
 	t.Helper()
+	return startBinaryLogging(t, io.Discard, args...)
+}
+
+// startBinaryLogging is startBinary with the node's log written to stderr.
+func startBinaryLogging(t *testing.T, stderr io.Writer, args ...string) (addrs map[string]string, stop func() error) {
+	t.Helper()
+	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
+		args = append(args, "--data-dir", t.TempDir())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, out, io.Discard) }()
+	go func() { done <- run(ctx, args, out, stderr) }()
 	addrs = map[string]string{}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case line := <-out.lines:
 			switch {
+			case strings.HasPrefix(line, "meshnode: traces: "):
+				addrs["traces"] = strings.TrimPrefix(line, "meshnode: traces: ")
 			case strings.HasPrefix(line, "meshnode: admin http://"):
 				addrs["admin"] = strings.Fields(strings.TrimPrefix(line, "meshnode: admin http://"))[0]
 			case strings.HasPrefix(line, "meshnode: node "):
 				// meshnode: node RID generation G, mesh ADDR, remote ADDR
 				f := strings.Fields(line)
 				addrs["rid"] = f[2]
+				addrs["generation"] = strings.TrimSuffix(f[4], ",")
 				addrs["mesh"] = strings.TrimSuffix(f[6], ",")
 			case strings.HasPrefix(line, "meshnode: stream "):
 				ep := strings.TrimPrefix(line, "meshnode: stream ")
@@ -175,7 +207,8 @@ func TestBinaryServesSampleAppAndDrains(t *testing.T) {
 	if err := run(context.Background(), []string{"members", "--admin", addrs["admin"]}, &table, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") || !strings.HasSuffix(lines[1], "alive") {
+	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") ||
+		!strings.Contains(lines[1], " alive ") || !strings.Contains(lines[1], build().Version) || !strings.HasSuffix(lines[1], "stream 1, service 1, meta 3, snapshot 1") {
 		t.Fatalf("members table:\n%s", table.String())
 	}
 

@@ -11,10 +11,25 @@
 //	Request "unbind"    {"actor":ID} -> unbinds; answers {}
 //	Request "room.echo" -> relayed; the room answers {"actor":ID,"node":RID,"payload":<request>,
 //	                       "served":N} where N counts the room.echo requests the room has
-//	                       served, carried across relocations
-//	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload
+//	                       served, carried across relocations and kept in the node's
+//	                       store (saved before the answer: it survives a crash)
+//	Send "room.say"     -> relayed; the room pushes Send "room.said" with the same payload,
+//	                       and publishes it to the topic "room:ID" for its followers
 //	When another session binds the same room, this one gets Send "room.replaced"
 //	{"actor":ID} and is closed. With several rooms bound, metadata key "actor" picks one.
+//
+// Topics (one publisher, many sessions, on any node; docs/topics.md):
+//
+//	Request "subscribe"     {"topic":T} -> answers {} once the subscription is in force
+//	Request "unsubscribe"   {"topic":T} -> answers {}
+//	Request "publish"       {"topic":T,"payload":ANY} -> answers {}; every session
+//	                        subscribed to T gets Send "topic.message"
+//	                        {"topic":T,"payload":ANY,"seq":N}, N counting this session's
+//	                        messages to T from 1
+//	Request "room.follow"   {"actor":ID} -> the session gets Send "room.said" for what
+//	                        room ID is told to say, whoever is bound to it; answers {}
+//	Request "room.unfollow" {"actor":ID} -> answers {}
+//	A subscriber that falls behind is dropped from its topics with Send "topic.dropped".
 //
 // Handlers return errors; the router answers a failed Request with the code of the
 // error's kind (package fault), so there is no mapping here.

@@ -9,6 +9,7 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
+	"github.com/meshnode/meshnode/topic"
 )
 
 // RoomKind is the name of the sample Actor kind.
@@ -17,12 +18,17 @@ const RoomKind = "room"
 // Kinds returns the sample Actor kinds.
 func Kinds() []actor.Kind {
 	return []actor.Kind{{Name: RoomKind, New: func() actor.Actor { return &Room{} },
-		// The room's state moves with it when it is relocated.
-		State: func(a actor.Actor) any { return &a.(*Room).State }}}
+		// The room's state moves with it when it is relocated, and is kept in the
+		// node's store: the room saves before it answers each room.echo, so its served
+		// count survives a crash of its node.
+		State:   func(a actor.Actor) any { return &a.(*Room).State },
+		Persist: actor.SaveExplicitly}}
 }
 
-// Mux returns the sample session. With a nil binder only echo and fail work.
-func Mux(b *binding.Binder) *session.Mux {
+// Mux returns the sample session. With a nil binder only echo and fail work (and the
+// topics, with topics); with nil topics, subscribe, unsubscribe, publish and
+// room.follow are not served.
+func Mux(b *binding.Binder, topics *topic.Hub) *session.Mux {
 	m := session.NewMux("sampleapp").
 		Request("echo", func(_ context.Context, p *session.Packet) error { return p.Reply(p.Codec, p.Payload) }).
 		Send("echo", func(ctx context.Context, p *session.Packet) error {
@@ -31,6 +37,14 @@ func Mux(b *binding.Binder) *session.Mux {
 		Request("fail", func(context.Context, *session.Packet) error {
 			return fault.Errorf(fault.Rejected, "the sample app rejects every fail request")
 		})
+	if topics != nil {
+		t := topicHandlers{hub: topics}
+		m.Request("subscribe", t.subscribe).
+			Request("unsubscribe", t.unsubscribe).
+			Request("publish", t.publish).
+			Request("room.follow", t.follow).
+			Request("room.unfollow", t.unfollow)
+	}
 	if b == nil {
 		return m
 	}
@@ -43,7 +57,9 @@ func Mux(b *binding.Binder) *session.Mux {
 // Type is the sample session's type. Its handlers keep no Send packet past their
 // callback (an echo is copied into the write queue, a relay that must wait holds its
 // packet with Retain), so it reuses them.
-func Type(b *binding.Binder) session.SessionType { return Mux(b).Type().ReuseSendPackets() }
+func Type(b *binding.Binder, topics *topic.Hub) session.SessionType {
+	return Mux(b, topics).Type().ReuseSendPackets()
+}
 
 type rooms struct{ b *binding.Binder }
 
@@ -91,7 +107,11 @@ func (r rooms) relay(ctx context.Context, p *session.Packet) error {
 }
 
 // Room is the sample Actor: it answers room.echo and pushes room.say back to its
-// bound session. Its state (how many room.echo requests it served) moves with it.
+// bound session. Its state (how many room.echo requests it served) moves with it and
+// is saved in the node's store before each room.echo is answered. One
+// session at a time is bound to a room: a second bind replaces the first session
+// (which gets room.replaced and is closed), so this is a one-client room, not a chat
+// room shared by many.
 type Room struct {
 	State RoomState
 }
@@ -126,9 +146,20 @@ func (r *Room) Receive(ctx *actor.Context) {
 			return
 		}
 		r.State.Served++
+		// Saved before it is answered: a client never sees a count the store does not
+		// have. A failed save answers the error (unavailable, or deadline_exceeded when
+		// its outcome is unknown) and the room stops after this turn; the next request
+		// finds it anew with its last saved count.
+		if err := ctx.Save(); err != nil {
+			_ = ctx.ReplyError(err)
+			return
+		}
 		_ = ctx.Reply(roomEcho{Actor: self.ID, Node: self.Node.RID, Payload: payload, Served: r.State.Served})
 	case p.Name == "room.say":
 		_ = ctx.Push("room.said", p.Payload, actor.WithCodec(p.Codec))
+		// Followers (room.follow) get what the room says too, in order, wherever they
+		// are connected: the room publishes it to its topic.
+		_, _ = ctx.Publish(FollowTopic(self.ID), "room.said", p.Payload, actor.WithCodec(p.Codec))
 	case p.Request:
 		_ = ctx.ReplyError(fault.Errorf(fault.NotFound, "room has no handler for %s", p.Name))
 	}

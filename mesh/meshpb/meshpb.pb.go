@@ -983,6 +983,12 @@ type MovePrepare struct {
 	Crc32C             uint32                 `protobuf:"varint,7,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	CoordinatorOwnerId string                 `protobuf:"bytes,8,opt,name=coordinator_owner_id,json=coordinatorOwnerId,proto3" json:"coordinator_owner_id,omitempty"`
 	StoreVersion       string                 `protobuf:"bytes,9,opt,name=store_version,json=storeVersion,proto3" json:"store_version,omitempty"`
+	// The version of the Actor's record in the state store when it was captured, and
+	// the identity of that store (docs/persistence.md): a target using the same store
+	// continues the version chain; one using another store claims the record in its own.
+	// 0 and "": the kind does not persist, or the source has no store.
+	StateVersion uint64 `protobuf:"varint,10,opt,name=state_version,json=stateVersion,proto3" json:"state_version,omitempty"`
+	StateStoreId string `protobuf:"bytes,11,opt,name=state_store_id,json=stateStoreId,proto3" json:"state_store_id,omitempty"`
 	// The receiving node lifecycle: a message that reaches a later lifecycle of the
 	// same node (protoactor remote delivers what it queued once the address answers
 	// again) is dropped. 0: not addressed.
@@ -1080,6 +1086,20 @@ func (x *MovePrepare) GetCoordinatorOwnerId() string {
 func (x *MovePrepare) GetStoreVersion() string {
 	if x != nil {
 		return x.StoreVersion
+	}
+	return ""
+}
+
+func (x *MovePrepare) GetStateVersion() uint64 {
+	if x != nil {
+		return x.StateVersion
+	}
+	return 0
+}
+
+func (x *MovePrepare) GetStateStoreId() string {
+	if x != nil {
+		return x.StateStoreId
 	}
 	return ""
 }
@@ -1450,7 +1470,7 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\x05fence\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x05fence\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xe1\x02\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xac\x03\n" +
 	"\vMovePrepare\x12'\n" +
 	"\x0frelocation_high\x18\x01 \x01(\x04R\x0erelocationHigh\x12%\n" +
 	"\x0erelocation_low\x18\x02 \x01(\x04R\rrelocationLow\x12\x12\n" +
@@ -1461,6 +1481,9 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\x06crc32c\x18\a \x01(\rR\x06crc32c\x120\n" +
 	"\x14coordinator_owner_id\x18\b \x01(\tR\x12coordinatorOwnerId\x12#\n" +
 	"\rstore_version\x18\t \x01(\tR\fstoreVersion\x12#\n" +
+	"\rstate_version\x18\n" +
+	" \x01(\x04R\fstateVersion\x12$\n" +
+	"\x0estate_store_id\x18\v \x01(\tR\fstateStoreId\x12#\n" +
 	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"}\n" +
 	"\tMoveReady\x12,\n" +
 	"\x06target\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x06target\x12\x1d\n" +

@@ -2,6 +2,7 @@ package meshtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/store"
 )
 
 // Options tunes a test mesh. The zero value is fine.
@@ -33,7 +35,9 @@ type Options struct {
 	MeterProvider func(i int) metric.MeterProvider
 	// Config adjusts node i's configuration before it starts (and before every
 	// restart). It starts as meshnode.TestConfig(): OS-chosen ports on loopback, no
-	// STREAM listener; add Kinds, Messages, Streams and Session, bounds.
+	// STREAM listener; add Kinds, Messages, Streams and Session, bounds. Its Store is
+	// the cluster's (Cluster.Store): one in-memory store every node shares, as a fleet
+	// shares a PostgreSQL server; set Store, StoreURL or DataDir to use another.
 	Config func(i int, cfg *meshnode.Config)
 	// OnStart runs after node i started (and after every restart), for what the
 	// configuration cannot say (a handler on the node's records, say).
@@ -76,7 +80,13 @@ type Cluster struct {
 	nodes   []*meshnode.Node
 	running []bool
 	tap     *Tap
+	store   *store.Memory
 }
+
+// Store returns the in-memory store the cluster's nodes share (unless their Config
+// names another): it outlives every node, so an Actor whose node was killed or
+// restarted comes back with its last saved state.
+func (c *Cluster) Store() *store.Memory { return c.store }
 
 // Start starts n nodes joined through node 0 and waits until all see each other. The
 // cluster stops with the test.
@@ -88,7 +98,7 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{t: t, opts: opts, tap: &Tap{}}
+	c := &Cluster{t: t, opts: opts, tap: &Tap{}, store: store.NewMemory(0)}
 	c.nodes = make([]*meshnode.Node, n)
 	c.running = make([]bool, n)
 	t.Cleanup(c.stopAll)
@@ -119,6 +129,7 @@ func (c *Cluster) startNode(i int, rid string, meshPort, remotePort int) error {
 	if c.opts.MeterProvider != nil {
 		cfg.MeterProvider = c.opts.MeterProvider(i)
 	}
+	cfg.Store = c.store
 	c.mu.Lock()
 	for j, n := range c.nodes {
 		if j != i && n != nil && c.running[j] {
@@ -235,7 +246,11 @@ func (c *Cluster) Drain(i int) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return n.Drain(ctx)
+	moved, err := n.Drain(ctx)
+	if errors.Is(err, meshnode.ErrDrainIncomplete) {
+		_ = n.Close() // the node kept running with what could not move: the test kit stops it
+	}
+	return moved, err
 }
 
 // Kill stops node i as a crash would, without leaving or draining: the others detect

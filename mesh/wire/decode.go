@@ -70,7 +70,8 @@ func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	if len(f0) < HeadSize {
 		return nil, &Error{Class: ClassTruncatedField, Field: "head", Reason: "shorter than 5 bytes", Offset: 0}
 	}
-	if f0[0] != Magic0 || f0[1] != Magic1 {
+	mine := f0[0] == MeshnodeMagic0 && f0[1] == MeshnodeMagic1
+	if (f0[0] != Magic0 || f0[1] != Magic1) && !mine {
 		return nil, &Error{Class: ClassInvalidMagic, Field: "magic", Offset: 0}
 	}
 	if f0[2] != Major {
@@ -78,7 +79,8 @@ func decode(frames [][]byte, d *Decoder) (*Record, error) {
 	}
 	cmd := Command(f0[3])
 	sp, ok := specOf(cmd)
-	if !ok {
+	if !ok || mine != meshnodeCommand(cmd) {
+		// A command id counts only under the magic of its family.
 		return nil, &Error{Class: ClassUnknownCommand, Command: cmd, Field: "command", Offset: 3}
 	}
 	flags := f0[4]
@@ -248,6 +250,28 @@ func decodeBody(frames [][]byte, all string, mdLen int, cmd Command, flags byte,
 		blk := new(struct {
 			rec  Record
 			body BoundSessionReplaced
+		})
+		blk.body.decode(&r)
+		rec, blk.rec.Body = &blk.rec, &blk.body
+	case CmdTopicPublish:
+		blk := new(struct {
+			rec  Record
+			body TopicPublish
+			pl   Payload
+		})
+		blk.body.decode(&r)
+		rec, pl, blk.rec.Body = &blk.rec, &blk.pl, &blk.body
+	case CmdTopicInterest:
+		blk := new(struct {
+			rec  Record
+			body TopicInterest
+		})
+		blk.body.decode(&r)
+		rec, blk.rec.Body = &blk.rec, &blk.body
+	case CmdTopicInterestAck:
+		blk := new(struct {
+			rec  Record
+			body TopicInterestAck
 		})
 		blk.body.decode(&r)
 		rec, blk.rec.Body = &blk.rec, &blk.body

@@ -121,7 +121,11 @@ func (w *writer) record(rec *Record) {
 		return
 	}
 	w.frame = 0
-	w.buf = append(w.buf, Magic0, Magic1, Major, byte(w.cmd), flags)
+	if meshnodeCommand(w.cmd) {
+		w.buf = append(w.buf, MeshnodeMagic0, MeshnodeMagic1, Major, byte(w.cmd), flags)
+	} else {
+		w.buf = append(w.buf, Magic0, Magic1, Major, byte(w.cmd), flags)
+	}
 	// A type switch rather than the interface call: through an interface method the
 	// compiler must assume w escapes, which costs AppendFrames its zero allocations.
 	switch b := rec.Body.(type) {
@@ -140,6 +144,12 @@ func (w *writer) record(rec *Record) {
 	case *SessionRelocationRoute:
 		b.appendBody(w)
 	case *BoundSessionReplaced:
+		b.appendBody(w)
+	case *TopicPublish:
+		b.appendBody(w)
+	case *TopicInterest:
+		b.appendBody(w)
+	case *TopicInterestAck:
 		b.appendBody(w)
 	}
 	w.endFrame()

@@ -158,7 +158,29 @@ func roundTripRecords() []namedRecord {
 		{"sessionRelocationRoute/commit", routeCommit()},
 		{"sessionRelocationRoute/abort", routeAbort()},
 		{"boundSessionReplaced", replacedRecord()},
+		{"meshnode.topicPublish", topicPublish()},
+		{"meshnode.topicPublish/metadata", &Record{Body: &TopicPublish{Topic: strings.Repeat("t", 255),
+			Publisher: strings.Repeat("p", MaxPublisherLen), Sequence: MaxNonzero}, Metadata: Metadata{{"traceparent", "00-ab-cd-01"}},
+			Payload: &Payload{PacketName: "topic.message", ContentType: "application/json", Data: []byte(`{}`)}}},
+		{"meshnode.topicInterest/changes", topicInterest(3)},
+		{"meshnode.topicInterest/reset-empty", &Record{Body: &TopicInterest{Version: 1, Reset: true, Ack: true}}},
+		{"meshnode.topicInterestAck", &Record{Body: &TopicInterestAck{Version: MaxNonzero}}},
 	}
+}
+
+// topicPublish is a meshnode topicPublish record.
+func topicPublish() *Record {
+	return &Record{Body: &TopicPublish{Topic: "room:lobby", Publisher: "a:room-1@7", Sequence: 42},
+		Payload: &Payload{PacketName: "room.said", ContentType: "application/json", Data: []byte(`{"n":1}`)}}
+}
+
+// topicInterest is a meshnode topicInterest record with n changes.
+func topicInterest(n int) *Record {
+	ti := &TopicInterest{Version: 9, Ack: true}
+	for i := 0; i < n; i++ {
+		ti.Entries = append(ti.Entries, TopicCount{Topic: "t" + strings.Repeat("x", i), Subscribers: uint32(i)})
+	}
+	return &Record{Body: ti}
 }
 
 // maxMetadata is a metadata frame of exactly MaxMetadataFrame bytes.

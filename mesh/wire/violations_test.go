@@ -266,6 +266,38 @@ func decodeCases() []decodeCase {
 		{"payload frame 4 bytes", corrupt(send, 1, func(t testing.TB, f []byte) []byte { return f[:4] }), ClassTruncatedField, "payload.length"},
 		{"payload empty frame", corrupt(push, 1, func(t testing.TB, f []byte) []byte { return nil }), ClassTruncatedField, "payload.version"},
 
+		// meshnode's own records: each family's ids only under its own magic.
+		{"meshnode command under the zlink magic", corrupt(topicPublish, 0, func(_ testing.TB, f []byte) []byte {
+			f[0], f[1] = Magic0, Magic1
+			return f
+		}), ClassUnknownCommand, "command"},
+		{"zlink command under the meshnode magic", corrupt(push, 0, func(_ testing.TB, f []byte) []byte {
+			f[0], f[1] = MeshnodeMagic0, MeshnodeMagic1
+			return f
+		}), ClassUnknownCommand, "command"},
+		{"meshnode magic byte 1", corrupt(topicPublish, 0, setByte(at(1), 'n')), ClassInvalidMagic, "magic"},
+		{"topicPublish sequence 0", corrupt(topicPublish, 0, func(_ testing.TB, f []byte) []byte {
+			clear(f[len(f)-8:])
+			return f
+		}), ClassInvalidField, "sequence"},
+		{"topicPublish empty topic", corrupt(topicPublish, 0, swap([]byte("\x0aroom:lobby"), []byte("\x00"))), ClassInvalidField, "topic"},
+		{"topicPublish NUL in publisher", corrupt(topicPublish, 0, swap([]byte("room-1"), []byte("ro\x00m-1"))), ClassInvalidField, "publisher"},
+		{"topicPublish without payload", func(t testing.TB) [][]byte { return mustEncode(t, topicPublish())[:1] }, ClassFrameCount, ""},
+		{"topicInterest unknown flag", corrupt(func() *Record { return topicInterest(1) }, 0, setByte(at(HeadSize+8), 0x80)), ClassInvalidField, "flags"},
+		{"topicInterest count past the frame", corrupt(func() *Record { return topicInterest(1) }, 0, func(_ testing.TB, f []byte) []byte {
+			binary.BigEndian.PutUint16(f[HeadSize+9:], 4000)
+			return f
+		}), ClassTruncatedField, "entries"},
+		{"topicInterest count over the bound", corrupt(func() *Record { return topicInterest(0) }, 0, func(_ testing.TB, f []byte) []byte {
+			binary.BigEndian.PutUint16(f[HeadSize+9:], MaxInterestEntries+1)
+			return f
+		}), ClassInvalidField, "entries"},
+		{"topicInterest entry cut short", corrupt(func() *Record { return topicInterest(2) }, 0, func(_ testing.TB, f []byte) []byte {
+			return f[:len(f)-2]
+		}), ClassTruncatedField, "entries"},
+		{"topicInterestAck version 0", corrupt(func() *Record { return &Record{Body: &TopicInterestAck{Version: 1}} }, 0,
+			func(_ testing.TB, f []byte) []byte { clear(f[HeadSize:]); return f }), ClassInvalidField, "version"},
+
 		// Trailing bytes, one per frame kind.
 		{"trailing byte in payload frame", corrupt(send, 1, appendByte), ClassTrailingByte, ""},
 		{"trailing byte in metadata frame", corrupt(mdRec, 1, appendByte), ClassTrailingByte, ""},

@@ -31,8 +31,10 @@ const (
 // Command is the command id in byte 3 of the head.
 type Command uint8
 
-// The commands of this package. Every other id (reserved or belonging to another part of
-// the service wire) decodes as ClassUnknownCommand: only these cross a node boundary here.
+// The zlink commands of this package (magic "ZM"). Every other id (reserved or
+// belonging to another part of the service wire) decodes as ClassUnknownCommand: only
+// these, and meshnode's own commands under magic "MN" (meshnode.go), cross a node
+// boundary here.
 const (
 	CmdReply                   Command = 20
 	CmdActorSend               Command = 24
@@ -63,6 +65,12 @@ func (c Command) String() string {
 		return "sessionRelocationRoute"
 	case CmdBoundSessionReplaced:
 		return "boundSessionReplaced"
+	case CmdTopicPublish:
+		return "meshnode.topicPublish"
+	case CmdTopicInterest:
+		return "meshnode.topicInterest"
+	case CmdTopicInterestAck:
+		return "meshnode.topicInterestAck"
 	}
 	return "command(" + strconv.Itoa(int(c)) + ")"
 }
@@ -92,6 +100,10 @@ func specOf(c Command) (spec, bool) {
 	case CmdBoundSessionBind, CmdSessionRelocationSeal, CmdSessionRelocationSealed,
 		CmdSessionRelocationRoute, CmdBoundSessionReplaced:
 		return spec{payload: payloadForbidden}, true
+	case CmdTopicPublish:
+		return spec{allowed: FlagMetadata, payload: payloadRequired}, true
+	case CmdTopicInterest, CmdTopicInterestAck:
+		return spec{payload: payloadForbidden}, true
 	}
 	return spec{}, false
 }
@@ -100,7 +112,8 @@ func specOf(c Command) (spec, bool) {
 type Record struct {
 	// Body is one of *Reply, *ActorSend, *BoundSessionSend, *BoundSessionBind,
 	// *SessionRelocationSeal, *SessionRelocationSealed, *SessionRelocationRoute,
-	// *BoundSessionReplaced. It decides the command id.
+	// *BoundSessionReplaced, or one of meshnode's own (*TopicPublish, *TopicInterest,
+	// *TopicInterestAck, meshnode.go). It decides the command id.
 	Body Body
 	// Metadata is the metadata frame; nil means no frame (flag 0x01 clear). A non-nil
 	// empty Metadata is a frame with zero entries, which the schema allows.
@@ -118,7 +131,7 @@ func (r *Record) Command() Command {
 }
 
 // Body is a command body. The set of implementations is closed: the interface has
-// unexported methods, so only the eight body types of this package satisfy it.
+// unexported methods, so only the body types of this package satisfy it.
 type Body interface {
 	Command() Command
 	// flags returns the head flags the body itself implies (the bound-session tail).

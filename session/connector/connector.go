@@ -48,12 +48,13 @@ type Connector struct {
 	life context.Context // cancelled by Close: stops dials and the reconnect loop
 	kill context.CancelFunc
 
-	mu      sync.Mutex
-	state   State
-	reason  wire.CloseReason // of the last drop; 0 before the first
-	attempt *attempt         // the running connect or reconnect, while Connecting/Reconnecting
-	disp    *dispatcher      // started by the first Connect
-	wg      sync.WaitGroup   // read, heartbeat and reconnect goroutines
+	mu       sync.Mutex
+	state    State
+	reason   wire.CloseReason // of the last drop; 0 before the first
+	lastDrop *CloseError      // the last drop Close did not ask for
+	attempt  *attempt         // the running connect or reconnect, while Connecting/Reconnecting
+	disp     *dispatcher      // started by the first Connect
+	wg       sync.WaitGroup   // read, heartbeat and reconnect goroutines
 
 	hmu      sync.RWMutex
 	handlers map[string]func(Message)
@@ -256,9 +257,14 @@ func (c *Connector) dropped(cn *conn, ce *CloseError) {
 	if !c.live.CompareAndSwap(cn, nil) {
 		return
 	}
-	c.reason = ce.Reason
+	c.reason, c.lastDrop = ce.Reason, ce
 	c.opts.Logger.Warn("stream connection dropped", "endpoint", c.ep.raw, "reason", ce.Reason.String(), "error", ce)
-	if c.opts.Reconnect.Disabled {
+	if c.opts.OnDrop != nil && c.disp != nil {
+		// On the dispatch goroutine, after the pushes the connection delivered (a
+		// sample app's room.replaced comes before the drop it announces).
+		c.disp.push(event{kind: eventDrop, drop: ce})
+	}
+	if c.opts.Reconnect.Disabled || c.opts.Reconnect.NotAfterReplaced && ce.Replaced() {
 		c.setStateLocked(StateDisconnected)
 		return
 	}
@@ -267,6 +273,14 @@ func (c *Connector) dropped(cn *conn, ce *CloseError) {
 	c.setStateLocked(StateReconnecting)
 	c.wg.Add(1)
 	go c.reconnectLoop(a)
+}
+
+// LastDrop returns how the last live connection that Close did not end was dropped:
+// its reason, the server's diagnostic, the cause. nil before the first drop.
+func (c *Connector) LastDrop() *CloseError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastDrop
 }
 
 // reconnectLoop applies the reconnect policy after a drop: attempt n waits

@@ -49,6 +49,7 @@ const (
 	eventMessage eventKind = iota
 	eventError
 	eventState
+	eventDrop
 )
 
 type event struct {
@@ -57,6 +58,7 @@ type event struct {
 	msg     Message
 	err     error
 	state   State
+	drop    *CloseError
 }
 
 // dispatcher runs the application's callbacks on one goroutine, in the order they were
@@ -163,6 +165,11 @@ func (d *dispatcher) run(e *event) {
 		if o.OnStateChange != nil {
 			s := e.state
 			d.guard(func() { o.OnStateChange(s) })
+		}
+	case eventDrop:
+		if o.OnDrop != nil {
+			ce := e.drop
+			d.guard(func() { o.OnDrop(ce) })
 		}
 	}
 }

@@ -2,6 +2,7 @@ package connector
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/session/wire"
@@ -86,6 +87,14 @@ func (e *CloseError) Error() string {
 		s += ": " + e.Cause.Error()
 	}
 	return s
+}
+
+// Replaced reports whether the server closed the session because another session
+// bound the Actor this one was bound to (ServerDrain with the diagnostic
+// wire.DiagnosticReplaced), as opposed to a drain of the server. A session that
+// reconnects after a replacement starts unbound.
+func (e *CloseError) Replaced() bool {
+	return e.Reason == wire.CloseServerDrain && strings.HasPrefix(e.Diagnostic, wire.DiagnosticReplaced)
 }
 
 // Unwrap lets errors.Is see both ErrDisconnected and the cause.

@@ -63,6 +63,11 @@ type ReconnectPolicy struct {
 	// MaxAttempts bounds the attempts after one drop; 0 means the default (3), a
 	// negative value means no bound.
 	MaxAttempts int
+	// NotAfterReplaced leaves the connector Disconnected, instead of reconnecting, when
+	// the server closed the session because another session took over its binding
+	// (CloseError.Replaced): a reconnected session would start unbound, and the client
+	// that replaced this one holds the Actor now.
+	NotAfterReplaced bool
 }
 
 // Options configures a Connector. The zero value of every field selects the default of
@@ -110,6 +115,13 @@ type Options struct {
 	// switch exists to compare the two paths and to rule the fast one out when
 	// diagnosing.
 	NoCallerReads bool
+
+	// OnDrop is told every drop of a live connection that Close did not ask for (the
+	// server's session-closing, a transport error, a heartbeat timeout) with its reason
+	// and diagnostic: the application tells a replacement (CloseError.Replaced) from a
+	// server drain there. Like the other callbacks it runs on the dispatch goroutine,
+	// after the pushes the connection delivered.
+	OnDrop func(*CloseError)
 
 	// Logger receives debug and warning records; nil discards them.
 	Logger *slog.Logger

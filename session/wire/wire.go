@@ -143,6 +143,12 @@ const (
 	CloseTransportError   CloseReason = 6
 )
 
+// DiagnosticReplaced starts the session-closing diagnostic of a session closed because
+// another session bound its Actor (reason ServerDrain, which the zlink close reasons
+// have for it): a client tells replacement from a server drain by it, since both are
+// ServerDrain and a connector reconnects after either.
+const DiagnosticReplaced = "binding replaced"
+
 // String returns the spec name of the reason (ClientClose, ...).
 func (r CloseReason) String() string {
 	switch r {

@@ -132,7 +132,7 @@ func startMeshnode(tb testing.TB) (addr string, stop func()) {
 func startMeshnodeWith(tb testing.TB, opts session.HostOptions) (addr string, stop func()) {
 	tb.Helper()
 	h := session.NewHost(opts)
-	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil))
+	h.AddStreamNode("bench").Bind("tcp://127.0.0.1:0").Session(sampleapp.Type(nil, nil))
 	if err := h.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}

@@ -69,7 +69,7 @@ type relocBlob struct{ st relocBlobState }
 
 func (a *relocBlob) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
-	case actor.Started:
+	case *actor.Started:
 		if !m.Moved {
 			// Random bytes: nothing on the way can make them smaller than they are.
 			a.st.Blob = make([]byte, relocBlobSize)

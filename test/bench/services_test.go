@@ -114,7 +114,7 @@ func BenchmarkServiceCallSessionCrossNode(b *testing.B) {
 // Requests, from two connections to the same node, take turns. It reports the calls'
 // time over the echoes' (x-echo-time); ns/op is one call and one echo.
 func BenchmarkServiceCallServerInterleaved(b *testing.B) {
-	c := startServiceNodes(b, 1, func(n *meshnode.Node) *session.Mux { return sampleapp.Mux(n.Binder()) })
+	c := startServiceNodes(b, 1, func(n *meshnode.Node) *session.Mux { return sampleapp.Mux(n.Binder(), n.Topics()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	p := present(b, c, 0)
@@ -146,7 +146,7 @@ func BenchmarkServiceCallServerInterleaved(b *testing.B) {
 // machines. It reports the calls' time over the echoes' (x-bound-echo-time); ns/op is
 // one call and one echo.
 func BenchmarkServiceCallSessionInterleaved(b *testing.B) {
-	c := startServiceNodes(b, 2, func(n *meshnode.Node) *session.Mux { return sampleapp.Mux(n.Binder()) })
+	c := startServiceNodes(b, 2, func(n *meshnode.Node) *session.Mux { return sampleapp.Mux(n.Binder(), n.Topics()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	onNode1 := func(kind string) string {

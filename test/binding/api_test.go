@@ -81,7 +81,7 @@ func errString(err error) string {
 
 func startAPI(t *testing.T, n int) *fleet.Fleet {
 	return fleet.Start(t, n, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		sample := sampleapp.Mux(b)
+		sample := sampleapp.Mux(b, nil)
 		return session.NewSessionType(func() *apiSession { return &apiSession{sample: sample, b: b} })
 	}})
 }
@@ -206,11 +206,14 @@ func TestBinding_EndsWhenTheActorStops(t *testing.T) {
 		return true
 	})
 	// The stopping Actor told the session its binding ended: the session is no longer
-	// bound (a relay is session-not-bound) and can bind the Actor's next activation.
+	// bound (a relay fails unavailable, saying the binding ended with the Actor: the
+	// session did not ask for it, and binding again helps) and can bind the Actor's
+	// next activation.
 	eventually(t, "binding dropped", func() bool { return f.Binder(0).Stats().Bindings == 0 })
 	var out map[string]any
-	if err := request(t, c, "room.echo", map[string]int{}, &out); remoteCode(err) != "invalid_operation" {
-		t.Fatalf("relay after the bound Actor stopped: %v", err)
+	err := request(t, c, "room.echo", map[string]int{}, &out)
+	if want := "binding: the session's binding of " + id + " ended: the Actor stopped; bind it again"; remoteCode(err) != "unavailable" || remoteMessage(err) != want {
+		t.Fatalf("relay after the bound Actor stopped: %v, want unavailable %q", err, want)
 	}
 	mustBind(t, c, id, "probe")
 	if err := request(t, c, "room.echo", map[string]int{}, &out); err != nil {

@@ -141,14 +141,28 @@ func TestRebind_SameSessionIsIdempotent(t *testing.T) {
 // connection gets room.replaced and closes 100 ms after the callback, not earlier.
 func TestRebind_ReplacesPreviousSessionAcrossNodes(t *testing.T) {
 	f := fleet.Start(t, 3, fleet.Options{})
-	id := f.IDOn(t, "room", 1, "shared-")
-	old := f.Connect(t, 0)
+	checkReplacement(t, f, f.IDOn(t, "room", 1, "shared-"), 0, 2)
+}
+
+// Issue 25, item 3: the same on one node, where the replaced and the replacing session
+// and the Actor all sit (the normal case of a single-node deployment): the 51 goes to
+// this node's own session owner.
+func TestRebind_ReplacesPreviousSessionOnOneNode(t *testing.T) {
+	f := fleet.Start(t, 1, fleet.Options{})
+	checkReplacement(t, f, "shared-0", 0, 0)
+}
+
+// checkReplacement binds the room id from a session on node oldNode, then from one on
+// node newNode, and checks the replacement as the zlink rules have it.
+func checkReplacement(t *testing.T, f *fleet.Fleet, id string, oldNode, newNode int) {
+	t.Helper()
+	old := f.Connect(t, oldNode)
 	oldReplaced := pushes(old, "room.replaced")
 	oldSaid := pushes(old, "room.said")
 	mustBind(t, old, id, "room")
 
 	f.Tap().Reset()
-	nu := f.Connect(t, 2)
+	nu := f.Connect(t, newNode)
 	nuSaid := pushes(nu, "room.said")
 	// The replacement callback runs after the new bind began, so the old connection
 	// must close no earlier than 100 ms after this instant. (Timing from the moment the
@@ -164,7 +178,7 @@ func TestRebind_ReplacesPreviousSessionAcrossNodes(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("old session got no room.replaced")
 	}
-	if f.Tap().Commands()[wire.CmdBoundSessionReplaced] == 0 {
+	if oldNode != newNode && f.Tap().Commands()[wire.CmdBoundSessionReplaced] == 0 {
 		t.Error("no record 51 crossed to the old session owner")
 	}
 	// Pushes reach only the new session.
@@ -387,7 +401,7 @@ func TestRebind_ReplacedSessionCloseCleansOnlyItsOtherBindings(t *testing.T) {
 func TestRebind_NewBindDoesNotWaitForOldSession(t *testing.T) {
 	release := make(chan struct{})
 	f := fleet.Start(t, 2, fleet.Options{Session: func(b *binding.Binder) session.SessionType {
-		sample := sampleapp.Mux(b)
+		sample := sampleapp.Mux(b, nil)
 		return session.NewSessionType(func() *slowReplaced { return &slowReplaced{sample: sample, b: b, release: release} })
 	}})
 	defer close(release)

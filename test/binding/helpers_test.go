@@ -67,3 +67,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testkit.Eventually(t, wait, what, cond)
 }
+
+func remoteMessage(err error) string {
+	var re *connector.RemoteError
+	if errors.As(err, &re) {
+		return re.Message
+	}
+	return ""
+}

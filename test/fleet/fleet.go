@@ -151,9 +151,9 @@ type probe struct {
 func (p *probe) Receive(ctx *actor.Context) {
 	id := ctx.Self().ID
 	switch m := ctx.Message().(type) {
-	case actor.SessionBound:
+	case *actor.SessionBound:
 		p.ev.Add(id, "bound")
-	case actor.SessionEnded:
+	case *actor.SessionEnded:
 		p.ev.Add(id, "ended")
 		if strings.HasPrefix(id, "panic-") {
 			panic("probe " + id + " fails its disconnect notice")
@@ -247,7 +247,7 @@ func Start(t testing.TB, n int, opts Options) *Fleet {
 			if opts.Session != nil {
 				return opts.Session(node.Binder())
 			}
-			return sampleapp.Type(node.Binder())
+			return sampleapp.Type(node.Binder(), node.Topics())
 		}
 		if opts.Config != nil {
 			opts.Config(cfg)

@@ -215,7 +215,7 @@ func (p *meshProc) mesh() string   { return fmt.Sprintf("%s:%d", p.ip, meshPort)
 
 // startProc starts `meshnode serve` in namespace ns, bound to and advertising ip, with
 // the LAN timing, and waits until it is ready. It is stopped when the test ends.
-func startProc(t *testing.T, bin, ns, id, ip string, join []string, timeout time.Duration) *meshProc {
+func startProc(t *testing.T, bin, ns, id, ip string, join []string, timeout time.Duration, extra ...string) *meshProc {
 	t.Helper()
 	p := &meshProc{id: id, ip: ip, exited: make(chan struct{}), log: &testkit.LockedBuffer{}}
 	args := []string{"netns", "exec", ns, bin, "serve",
@@ -229,10 +229,12 @@ func startProc(t *testing.T, bin, ns, id, ip string, join []string, timeout time
 		// The test closes its clients before it stops the nodes; a short drain keeps a
 		// node that cannot reach its peers from holding the cleanup.
 		"--drain-timeout", "3s",
+		"--data-dir", t.TempDir(),
 	}
 	for _, j := range join {
 		args = append(args, "--join", j)
 	}
+	args = append(args, extra...)
 	// ip netns exec execs meshnode in place: the process is meshnode itself, so the
 	// signals below reach it. Pdeathsig kills it should the test binary die without
 	// running its cleanups (a go test timeout).

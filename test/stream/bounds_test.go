@@ -702,3 +702,54 @@ func TestBounds_NonBlockingFrameLongAfterTheLastWriteArrives(t *testing.T) {
 		t.Fatal("the session closed")
 	}
 }
+
+// A frame encoded once (session.EncodeSend, how a topic's fan-out writes one publish to
+// many sessions) reaches each client byte for byte; to a client that does not read,
+// SendFrame never waits and stops at the soft limit (MaxPendingWrite) with ErrBehind,
+// leaving the session open (the caller decides what such a client loses), while the
+// room up to the hard limit stays for frames that cannot wait.
+func TestBounds_EncodedFrameStopsAtTheSoftLimitWithoutClosing(t *testing.T) {
+	const soft = 32 << 10
+	th := startHost(t, nil, session.HostOptions{}, func(b *session.NodeBuilder) {
+		b.Bind("tcp://127.0.0.1:0").Socket(session.SocketOptions{MaxPendingWrite: soft})
+	})
+	reader, rid := th.connect(t)
+	idle, idleRid := th.connect(t)
+	evs := th.rec.snapshot()
+	payload := bytes.Repeat([]byte("p"), 1000)
+	f, err := session.EncodeSend("topic.msg", wire.CodecRaw, payload, wire.Metadata{{Key: "topic", Value: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := filter(evs, evConnect, rid)[0].peer.SendFrame(f); err != nil {
+		t.Fatal(err)
+	}
+	got := readFrame(t, reader)
+	if got.Header.Name != "topic.msg" || !bytes.Equal(got.Payload, payload) || len(got.Header.Metadata) != 1 {
+		t.Fatalf("the encoded frame arrived as %+v", got.Header)
+	}
+	peer := filter(evs, evConnect, idleRid)[0].peer
+	sent := 0
+	for sent < 100_000 {
+		if err = peer.SendFrame(f); err != nil {
+			break
+		}
+		sent++
+	}
+	if !errors.Is(err, session.ErrBehind) {
+		t.Fatalf("after %d frames to a client that does not read: %v, want ErrBehind", sent, err)
+	}
+	if err := peer.Send(context.Background(), "notice", wire.CodecRaw, []byte("x"), session.NonBlocking()); err != nil {
+		t.Fatalf("a NonBlocking frame after ErrBehind: %v (the room to the hard limit is still there)", err)
+	}
+	th.rec.none(t, waitShort, "the session behind closed", func(evs []event) bool { return count(evs, evDisconnect, idleRid) > 0 })
+	// Once the client reads, every frame SendFrame took arrives once, then the notice.
+	for i := 0; i < sent; i++ {
+		if got := readFrame(t, idle); got.Header.Name != "topic.msg" {
+			t.Fatalf("frame %d of %d is %q", i, sent, got.Header.Name)
+		}
+	}
+	if got := readFrame(t, idle); got.Header.Name != "notice" {
+		t.Fatalf("after the %d frames: %q, want the notice", sent, got.Header.Name)
+	}
+}

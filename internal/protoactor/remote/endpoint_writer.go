@@ -144,7 +144,10 @@ func (state *endpointWriter) initializeInternal() (err error) {
 				state.remote.Logger().Debug("EndpointWriter stream completed", slog.String("address", state.address))
 				return
 			case err != nil:
-				state.remote.Logger().Error("EndpointWriter lost connection", slog.String("address", state.address), slog.Any("error", err))
+				// meshnode patch (12): Debug, not Error. A peer that leaves or dies closes
+				// the stream too, and so does this node's own shutdown; the mesh watches the
+				// EndpointTerminatedEvent below and warns about a loss to a live peer.
+				state.remote.Logger().Debug("EndpointWriter lost connection", slog.String("address", state.address), slog.Any("error", err))
 				terminated := &EndpointTerminatedEvent{
 					Address: state.address,
 				}
@@ -165,20 +168,74 @@ func (state *endpointWriter) initializeInternal() (err error) {
 	return nil
 }
 
+// MaxBatchBytes bounds the message bytes of one gRPC message of the writer (meshnode
+// patch 11): a mailbox run may pop up to EndpointWriterBatchSize messages, and one
+// gRPC message holding them all could exceed what the receiving server accepts
+// (grpc.MaxRecvMsgSize), which breaks the stream and loses every message on it. A run
+// whose messages add up to more is sent as several gRPC messages, in order.
+const MaxBatchBytes = 4 << 20
+
+// envelopeBatch is one gRPC message being built: its envelopes and lookup tables.
+type envelopeBatch struct {
+	envelopes []*MessageEnvelope
+	bytes     int
+
+	typeNames    map[string]int32
+	typeNamesArr []string
+
+	targetNames    map[string]int32
+	targetNamesArr []*actor.PID
+
+	senderNames    map[string]int32
+	senderNamesArr []*actor.PID
+
+	sent []SentNotifier // meshnode patch (8): told once gRPC has the batch
+}
+
+func (b *envelopeBatch) reset() {
+	b.envelopes = make([]*MessageEnvelope, 0)
+	b.bytes = 0
+	b.typeNames = make(map[string]int32)
+	b.typeNamesArr = make([]string, 0)
+	b.targetNames = make(map[string]int32)
+	b.targetNamesArr = make([]*actor.PID, 0)
+	b.senderNames = make(map[string]int32)
+	b.senderNamesArr = make([]*actor.PID, 0)
+	b.sent = nil
+}
+
+// flush sends the batch as one gRPC message; false when the stream failed (the writer
+// then stops, as upstream does).
+func (state *endpointWriter) flush(b *envelopeBatch, ctx actor.Context) bool {
+	if len(b.envelopes) == 0 {
+		return true
+	}
+	err := state.stream.Send(&RemoteMessage{
+		MessageType: &RemoteMessage_MessageBatch{
+			MessageBatch: &MessageBatch{
+				TypeNames: b.typeNamesArr,
+				Targets:   b.targetNamesArr,
+				Senders:   b.senderNamesArr,
+				Envelopes: b.envelopes,
+			},
+		},
+	})
+	if err != nil {
+		ctx.Stash()
+		state.remote.Logger().Debug("gRPC Failed to send", slog.String("address", state.address), slog.Any("error", err))
+		ctx.Stop(ctx.Self())
+		return false
+	}
+	for _, s := range b.sent {
+		s.Sent()
+	}
+	b.reset()
+	return true
+}
+
 func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context) {
-	envelopes := make([]*MessageEnvelope, 0)
-
-	// type name uniqueness map name string to type index
-	typeNames := make(map[string]int32)
-	typeNamesArr := make([]string, 0)
-
-	targetNames := make(map[string]int32)
-	targetNamesArr := make([]*actor.PID, 0)
-
-	senderNames := make(map[string]int32)
-	senderNamesArr := make([]*actor.PID, 0)
-
-	var sent []SentNotifier // meshnode patch (8): told once gRPC has the batch
+	var b envelopeBatch
+	b.reset()
 
 	var (
 		header       *MessageHeader
@@ -219,15 +276,14 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 		// this only apply to root level messages and never to nested child objects inside the message
 		message := rd.message
 		var err error
+		var notifier SentNotifier
 		if v, ok := message.(RootSerializable); ok {
 			message, err = v.Serialize()
 			if err != nil {
 				state.remote.Logger().Error("EndpointWriter failed to serialize message", slog.String("address", state.address), slog.Any("error", err), slog.Any("message", v))
 				continue
 			}
-			if s, ok := message.(SentNotifier); ok {
-				sent = append(sent, s)
-			}
+			notifier, _ = message.(SentNotifier)
 		}
 
 		bytes, typeName, err := Serialize(message, serializerID)
@@ -235,17 +291,25 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 			state.remote.Logger().Error("EndpointWriter failed to serialize message", slog.String("address", state.address), slog.Any("error", err), slog.Any("message", message))
 			continue
 		}
-		typeID, typeNamesArr = addToLookup(typeNames, typeName, typeNamesArr)
-		targetID, targetNamesArr = addToTargetLookup(targetNames, rd.target, targetNamesArr)
+		// meshnode patch (11): a message that would take the batch past MaxBatchBytes
+		// starts the next one.
+		if b.bytes > 0 && b.bytes+len(bytes) > MaxBatchBytes && !state.flush(&b, ctx) {
+			return
+		}
+		if notifier != nil {
+			b.sent = append(b.sent, notifier)
+		}
+		typeID, b.typeNamesArr = addToLookup(b.typeNames, typeName, b.typeNamesArr)
+		targetID, b.targetNamesArr = addToTargetLookup(b.targetNames, rd.target, b.targetNamesArr)
 		targetRequestID := rd.target.RequestId
 
-		senderID, senderNamesArr = addToSenderLookup(senderNames, rd.sender, senderNamesArr)
+		senderID, b.senderNamesArr = addToSenderLookup(b.senderNames, rd.sender, b.senderNamesArr)
 		senderRequestID := uint32(0)
 		if rd.sender != nil {
 			senderRequestID = rd.sender.RequestId
 		}
 
-		envelopes = append(envelopes, &MessageEnvelope{
+		b.envelopes = append(b.envelopes, &MessageEnvelope{
 			MessageHeader:   header,
 			MessageData:     bytes,
 			Sender:          senderID,
@@ -255,31 +319,9 @@ func (state *endpointWriter) sendEnvelopes(msg []interface{}, ctx actor.Context)
 			TargetRequestId: targetRequestID,
 			SenderRequestId: senderRequestID,
 		})
+		b.bytes += len(bytes)
 	}
-
-	if len(envelopes) == 0 {
-		return
-	}
-
-	err := state.stream.Send(&RemoteMessage{
-		MessageType: &RemoteMessage_MessageBatch{
-			MessageBatch: &MessageBatch{
-				TypeNames: typeNamesArr,
-				Targets:   targetNamesArr,
-				Senders:   senderNamesArr,
-				Envelopes: envelopes,
-			},
-		},
-	})
-	if err != nil {
-		ctx.Stash()
-		state.remote.Logger().Debug("gRPC Failed to send", slog.String("address", state.address), slog.Any("error", err))
-		ctx.Stop(ctx.Self())
-		return
-	}
-	for _, s := range sent {
-		s.Sent()
-	}
+	state.flush(&b, ctx)
 }
 
 func addToLookup(m map[string]int32, name string, a []string) (int32, []string) {
