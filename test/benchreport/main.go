@@ -105,6 +105,20 @@ var rows = []row{
 	{label: "relocation pause p99, 3 nodes, 1,000 requests/s", bench: "RelocationPause", unit: "pause-p99-ms",
 		goal: 6.4, runs: []float64{5.275, 3.829, 5.643}},
 
+	// Topics: one publisher to N subscribers over three nodes, each message to every
+	// subscriber before the next, in alternation with the same frames written to the same
+	// sockets from a plain loop. The topics issue asked for >= 50% of that baseline.
+	{label: "topic fan-out to 1,000 subscribers over 3 nodes vs the same frames from a plain loop, interleaved", bench: "TopicFanOut/subscribers=1000", unit: "x-baseline-time",
+		goal: 0.82, runs: []float64{1 / 0.9816, 1 / 1.077, 1 / 1.007}},
+	{label: "topic fan-out to 10,000 subscribers over 3 nodes vs the same frames from a plain loop, interleaved", bench: "TopicFanOut/subscribers=10000", unit: "x-baseline-time",
+		goal: 0.79, runs: []float64{1 / 1.060, 1 / 0.9795, 1 / 1.046}},
+	// The topics issue asked for a p99 under 50 ms at 10,000 subscribers: the target.
+	// The baseline, the same frames written to the same sockets from a plain loop,
+	// measures 116-221 ms here (baseline-p99-ms): the sockets' writes on two shared cores,
+	// not the topic, set it.
+	{label: "topic fan-out to 10,000 subscribers, publish to delivery p99", bench: "TopicFanOut/subscribers=10000", unit: "p99-ms",
+		goal: 180, target: 50, runs: []float64{130.7, 153.4, 152.7}},
+
 	// Targets of open issues, in alternation where measured so.
 	{label: "(d) pipelined Sends, session reusing them, vs raw TCP pipelined, interleaved", bench: "ConnectorPipelinedSendInterleaved", unit: "x-raw-pipelined-time",
 		target: 0.15, runs: []float64{1 / 9.295, 1 / 9.242, 1 / 9.724}},
