@@ -160,7 +160,7 @@ type subscriber struct {
 // counters are the hub's figures (Stats, the metrics).
 type counters struct {
 	publishes, publishRecords, unheard   atomic.Int64
-	deliveries, dropsSlow, dropsFull     atomic.Int64
+	deliveries, dropsSlow                atomic.Int64
 	staleInterest, gaps, held, duplicate atomic.Int64
 	sendFailures, refused                atomic.Int64
 }

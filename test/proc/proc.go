@@ -467,32 +467,56 @@ func Sum(text, name string, labels ...string) float64 {
 	return total
 }
 
-// RSS returns the process's resident set size in bytes (0 when unknown).
-func (n *Node) RSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.PID()))
+// RSS returns the process's resident set size in bytes. A figure it cannot read fails
+// the test (t.Errorf, so that a goroutine sampling it may call it too) and is -1: a
+// bound checked against a zero read would pass whatever the process used.
+func (n *Node) RSS(t testing.TB) int64 {
+	t.Helper()
+	v, err := n.readRSS()
 	if err != nil {
-		return 0
+		t.Errorf("meshnode %s: RSS: %v", n.ID, err)
+		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return v
 }
 
-// HeapInUse returns the Go heap in use of the process, from its metrics (0 when
-// unknown).
-func (n *Node) HeapInUse() int64 {
-	v := n.Metric("go_memstats_heap_inuse_bytes")
-	if v < 0 {
-		return 0
+func (n *Node) readRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.PID()))
+	if err != nil {
+		return 0, err
 	}
-	return int64(v)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "VmRSS:") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 || f[2] != "kB" {
+			return 0, fmt.Errorf("unexpected VmRSS line %q", line)
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmRSS line %q: %w", line, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no VmRSS line in /proc/%d/status", n.PID())
+}
+
+// HeapInUse returns the Go heap in use of the process (go_memstats_heap_inuse_bytes
+// from its metrics). A figure it cannot read fails the test (t.Errorf, as RSS) and is
+// -1.
+func (n *Node) HeapInUse(t testing.TB) int64 {
+	t.Helper()
+	const name = "go_memstats_heap_inuse_bytes"
+	text, err := n.Metrics()
+	if err == nil && !strings.Contains(text, "\n"+name+" ") {
+		err = fmt.Errorf("%s not exported", name)
+	}
+	if err != nil {
+		t.Errorf("meshnode %s: heap in use: %v", n.ID, err)
+		return -1
+	}
+	return int64(Sum(text, name))
 }
 
 // Eventually polls cond until it holds, failing the test after Wait.
