@@ -155,6 +155,35 @@ type Config struct {
 	// MeterProvider default to the node's.
 	Topics topic.Options
 
+	// Security of the mesh (docs/security.md). Without it a node binds only loopback
+	// addresses (BindHost), unless InsecureMesh says otherwise.
+
+	// MeshTLSCertFile, MeshTLSKeyFile and MeshTLSCAFile (all three, or none) make the
+	// record transport between nodes mutual TLS: the node's certificate (PEM, with a
+	// DNS SAN equal to NodeID, for both server and client authentication), its key,
+	// and the fleet CA every peer's certificate must chain to. A peer whose records
+	// claim a node id its certificate does not name is refused. The files are read
+	// again when they change (ReloadInterval) and on Node.Reload: a renewed certificate
+	// serves the next handshakes without a restart. Requires NodeID.
+	MeshTLSCertFile, MeshTLSKeyFile, MeshTLSCAFile string
+	// GossipKeys encrypt gossip (memberlist's keyring, AES-GCM): 16, 24 or 32 bytes
+	// each, the first the primary. GossipKeyFile reads them from a file instead (one
+	// base64 key per line, the first the primary), re-read as the certificates are, so
+	// keys rotate without a restart. A node without the fleet's key cannot join.
+	GossipKeys    [][]byte
+	GossipKeyFile string
+	// ClusterLabel is carried on every gossip packet and stream (authenticated with the
+	// gossip key): a node refuses another label, so two fleets on one network never
+	// merge. At most 255 bytes; empty: no label.
+	ClusterLabel string
+	// InsecureMesh lets a node bind a non-loopback BindHost without mesh TLS or gossip
+	// encryption; Start logs a warning naming what is missing. Without it, such a
+	// configuration fails the start.
+	InsecureMesh bool
+	// ReloadInterval is how often the node checks its certificate and gossip key files
+	// for changes (0: DefaultReloadInterval; negative: never, only Node.Reload).
+	ReloadInterval time.Duration
+
 	// Logger and MeterProvider: nil means slog.Default() and otel's global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
@@ -237,7 +266,7 @@ func (c *Config) validate() error {
 	if c.MaxStateSize < 0 {
 		return configError("MaxStateSize", "%d is negative", c.MaxStateSize)
 	}
-	return nil
+	return c.validateSecurity()
 }
 
 // ErrConfig is matched (errors.Is) by every configuration error of Start; it is of kind

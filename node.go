@@ -18,6 +18,7 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/nodert"
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/meshtls"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/store"
 	"github.com/meshnode/meshnode/topic"
@@ -40,6 +41,11 @@ type Node struct {
 	services  *services.Host // nil without Services or ServiceWorker
 	attacher  *services.Attacher
 	svcStream *services.StreamServer
+
+	// certs are the mesh TLS certificates (nil without); reload re-reads them and the
+	// gossip key file (nil when there is nothing to reload).
+	certs  *meshtls.Certs
+	reload *reloader
 
 	stopOnce sync.Once
 	stopErr  error
@@ -69,14 +75,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// The store opens first: a store that cannot be opened (a URL that does not parse,
 	// a server that refuses the credentials, a data directory in use) fails the start
 	// before the node joins the mesh.
+	// The certificates are checked before anything else opens: a file that cannot be
+	// used fails the start naming its field.
+	if n.certs, err = loadMeshTLS(cfg); err != nil {
+		return nil, err
+	}
 	if n.store, n.ownsStore, err = OpenStore(ctx, cfg); err != nil {
 		return nil, err
 	}
+	n.warnInsecure()
 	n.mesh, err = mesh.Start(ctx, mesh.Config{
 		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
 		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr, Build: cfg.Version, Revision: cfg.Revision,
 		PeerWindowRecords: cfg.PeerWindowRecords, PeerWindowBytes: cfg.PeerWindowBytes,
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, NoCoalescing: cfg.NoRecordCoalescing,
+		TLS: n.certs, GossipKeys: cfg.GossipKeys, GossipKeyFile: cfg.GossipKeyFile, ClusterLabel: cfg.ClusterLabel,
 	})
 	if err != nil {
 		n.closeStore()
@@ -148,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.startReloader()
 	return n, nil
 }
 
@@ -309,6 +323,7 @@ func (n *Node) Logger() *slog.Logger { return n.log }
 // error is returned after the rest has stopped.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.stopOnce.Do(func() {
+		n.stopReloader()
 		var errs []error
 		if n.stream != nil {
 			if err := n.stream.Shutdown(ctx); err != nil {
@@ -360,6 +375,7 @@ var ErrDrainIncomplete = fault.New(fault.Unavailable, "meshnode: drain incomplet
 // session-closing), then as Shutdown.
 func (n *Node) Close() error {
 	n.stopOnce.Do(func() {
+		n.stopReloader()
 		if n.stream != nil {
 			_ = n.stream.Close()
 		}
@@ -387,6 +403,7 @@ func (n *Node) leave() error {
 // it through meshtest.
 func (n *Node) kill() {
 	n.stopOnce.Do(func() {
+		n.stopReloader()
 		nodert.Kill(n.mesh)
 		if n.stream != nil {
 			_ = n.stream.Close()

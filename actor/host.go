@@ -688,7 +688,7 @@ func (h *Host) receiveActorSend(from mesh.NodeID, rec *wire.Record) {
 		if f, ok := h.followRoute(activationName(in.to.Ref)); ok && fenceMatches(f.source, in.to) {
 			if frames, err := wire.Encode(rec); err == nil {
 				h.followed.Add(1)
-				h.system.Root.Send(f.pid, &meshpb.Followed{FromRid: from.RID, FromGeneration: from.Generation, Frames: frames, ToGeneration: f.target.Node.Generation})
+				h.sendFollowed(f.pid, &meshpb.Followed{FromRid: from.RID, FromGeneration: from.Generation, Frames: frames, ToGeneration: f.target.Node.Generation})
 				return
 			}
 		}

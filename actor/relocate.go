@@ -347,7 +347,7 @@ func (s *shell) handOff(pctx proto.Context, cmd *moveHandOff) {
 	for _, msg := range s.held {
 		if f := h.followedForm(msg, cmd.m.Source); f != nil {
 			f.ToGeneration = cmd.m.Target.Node.Generation
-			h.system.Root.Send(cmd.target, f)
+			h.sendFollowed(cmd.target, f)
 			n++
 		}
 	}
@@ -381,7 +381,7 @@ func (s *shell) forward(pctx proto.Context, msg any) {
 	if f := s.h.followedForm(msg, s.forwardFrom); f != nil {
 		f.ToGeneration = s.forwardGen
 		s.h.followed.Add(1)
-		s.h.system.Root.Send(s.forwardTo, f)
+		s.h.sendFollowed(s.forwardTo, f)
 	}
 }
 
@@ -401,7 +401,7 @@ func (h *Host) followLocal(fw follow, to RouteFence, msg any, from *Ref, req *re
 	}
 	h.followed.Add(1)
 	f.ToGeneration = fw.target.Node.Generation
-	h.system.Root.Send(fw.pid, f)
+	h.sendFollowed(fw.pid, f)
 	return nil
 }
 
@@ -435,6 +435,14 @@ func (h *Host) followedForm(msg any, source RouteFence) *meshpb.Followed {
 		return h.encodeFollowed(self, source, enc, m.from, corr)
 	}
 	return nil
+}
+
+// sendFollowed sends a forwarded record to the Actor's new location, signed with this
+// node's RID as its forwarder (under mesh TLS the receiver checks it against the
+// certificate this node connected with).
+func (h *Host) sendFollowed(to *proto.PID, f *meshpb.Followed) {
+	f.ForwarderRid = h.node.ID().RID
+	h.system.Root.Send(to, f)
 }
 
 func (h *Host) encodeFollowed(from mesh.NodeID, to RouteFence, msg *Message, src *Ref, corr uint64) *meshpb.Followed {
@@ -851,7 +859,7 @@ func (h *Host) onDeadFollowed(evt any) {
 		if f := h.followedForm(msg, route.source); f != nil {
 			f.ToGeneration = route.target.Node.Generation
 			h.followed.Add(1)
-			h.system.Root.Send(route.pid, f)
+			h.sendFollowed(route.pid, f)
 		}
 		return
 	}

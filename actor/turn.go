@@ -182,7 +182,7 @@ func (h *Host) undeliverable(env *meshpb.Envelope, name string) bool {
 		// Message Follow: the Actor moved; the record goes once to its new location,
 		// with its sender's identity.
 		h.followed.Add(1)
-		h.system.Root.Send(f.pid, &meshpb.Followed{FromRid: env.FromRid, FromGeneration: env.FromGeneration, Frames: env.Frames, ToGeneration: f.target.Node.Generation})
+		h.sendFollowed(f.pid, &meshpb.Followed{FromRid: env.FromRid, FromGeneration: env.FromGeneration, Frames: env.Frames, ToGeneration: f.target.Node.Generation})
 		return true
 	}
 	from, rec, ok := h.node.Records().Accept(env)

@@ -126,6 +126,10 @@ type membership struct {
 	selfLive chan struct{} // closed once this node's own join is applied
 	selfOnce sync.Once
 
+	// ver admits new member lifecycles only once they proved their node id (mesh TLS,
+	// verify.go); nil: members are taken as memberlist reports them.
+	ver *verifier
+
 	legacyMeta   bool     // Config.legacyMeta (tests only)
 	selfVersions Versions // what this node announces
 
@@ -174,10 +178,13 @@ type rawEvent struct {
 	kind    rawKind
 	node    memberlist.Node // copy
 	applied chan struct{}   // rawBarrier
+	// verified: a join or update the verifier admitted; plain: a barrier that does
+	// not wait for pending verifications.
+	verified, plain bool
 }
 
-func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
-	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{}),
+func newMembership(self NodeID, meta []byte, log *slog.Logger, ver *verifier) *membership {
+	m := &membership{self: self, log: log, meta: meta, ver: ver, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{}),
 		selfLive: make(chan struct{}), review: make(chan struct{}, 1),
 		seeded: make(chan struct{}), refused: make(chan struct{}), dmax: map[string]uint8{}}
 	m.qcond = sync.NewCond(&m.qmu)
@@ -291,17 +298,35 @@ func (m *membership) push(k rawKind, n *memberlist.Node) {
 // barrier returns a channel that is closed once the notifications queued so far are
 // applied to the table (and their events emitted): memberlist notifies a join's
 // members inside Join, and the table must hold them before Start returns.
-func (m *membership) barrier() <-chan struct{} {
+//
+// Under mesh TLS it also waits until every member pending verification then had its
+// first attempt, and what was admitted is applied.
+func (m *membership) barrier() <-chan struct{} { return m.queueBarrier(false) }
+
+// plainBarrier is a barrier that does not wait for verifications.
+func (m *membership) plainBarrier() <-chan struct{} { return m.queueBarrier(true) }
+
+func (m *membership) queueBarrier(plain bool) <-chan struct{} {
 	ch := make(chan struct{})
 	m.qmu.Lock()
 	if m.closed {
 		close(ch)
 	} else {
-		m.queue = append(m.queue, rawEvent{kind: rawBarrier, applied: ch})
+		m.queue = append(m.queue, rawEvent{kind: rawBarrier, applied: ch, plain: plain})
 		m.qcond.Signal()
 	}
 	m.qmu.Unlock()
 	return ch
+}
+
+// requeue queues an event again (one the verifier admitted).
+func (m *membership) requeue(ev rawEvent) {
+	m.qmu.Lock()
+	if !m.closed {
+		m.queue = append(m.queue, ev)
+		m.qcond.Signal()
+	}
+	m.qmu.Unlock()
 }
 
 func (m *membership) run() {
@@ -320,7 +345,11 @@ func (m *membership) run() {
 		m.qmu.Unlock()
 		for _, ev := range batch {
 			if ev.kind == rawBarrier {
-				close(ev.applied)
+				if m.ver != nil && !ev.plain {
+					m.ver.waitBarrier(m, ev.applied)
+				} else {
+					close(ev.applied)
+				}
 				continue
 			}
 			m.apply(ev)
@@ -334,6 +363,9 @@ func (m *membership) stop() {
 	m.qcond.Broadcast()
 	m.qmu.Unlock()
 	<-m.done
+	if m.ver != nil {
+		m.ver.close()
+	}
 }
 
 // apply turns one memberlist notification into table changes and member events.
@@ -368,6 +400,12 @@ func (m *membership) apply(ev rawEvent) {
 	var events []MemberEvent
 	switch ev.kind {
 	case rawJoin, rawUpdate:
+		if m.ver != nil && !ev.verified && mem.ID.RID != m.self.RID && !(had && prev.ID.Generation == mem.ID.Generation) {
+			// A lifecycle this node has not admitted yet: held until it proves its node
+			// id (the table only ever holds admitted lifecycles).
+			m.ver.hold(m, ev, mem)
+			return
+		}
 		if had && prev.ID.Generation == mem.ID.Generation && prev.State == StateAlive {
 			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr && prev.AdminAddr == mem.AdminAddr && prev.Versions == mem.Versions {
 				return // nothing we track changed
@@ -382,6 +420,9 @@ func (m *membership) apply(ev rawEvent) {
 			events = append(events, MemberEvent{Type: EventJoined, Member: mem})
 		}
 	case rawLeave:
+		if m.ver != nil && m.ver.forget(mem.ID.RID, mem.ID.Generation) && (!had || prev.ID.Generation != mem.ID.Generation) {
+			return // it was never admitted: nobody heard it joined
+		}
 		if had && prev.ID.Generation > mem.ID.Generation {
 			return // a late notice about an earlier lifecycle
 		}
@@ -587,6 +628,9 @@ type slogWriter struct {
 	// stopping: once this node is stopping, memberlist's complaints (a gossip sent on
 	// the transport its own shutdown just closed) are the shutdown, not a fault.
 	stopping *atomic.Bool
+	// sec counts gossip memberlist refused (a wrong key, another cluster's label) and
+	// logs it once per cause and interval instead of once per packet.
+	sec *security
 	// onSuspect is told the name of each member this node's failure detector suspects.
 	onSuspect func(name string)
 }
@@ -609,6 +653,12 @@ func (w slogWriter) Write(p []byte) (int, error) {
 			}
 		case strings.Contains(msg, "memberlist: Refuting a suspect message"), strings.Contains(msg, "memberlist: Refuting a dead message"):
 			w.counts.refuted.Add(1)
+		}
+	}
+	if w.sec != nil {
+		if reason, from, ok := gossipRefusal(msg); ok {
+			w.sec.gossipRefused(reason, from, msg)
+			return len(p), nil
 		}
 	}
 	level := slog.LevelInfo

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/meshnode/meshnode/mesh/gossipnet"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
+	"github.com/meshnode/meshnode/meshtls"
 )
 
 // Preset chooses memberlist's timing.
@@ -90,6 +92,23 @@ type Config struct {
 	// figures. Empty: none is gossiped. Peers must be able to dial it: not a wildcard
 	// host.
 	AdminAddr string
+
+	// TLS, when set, makes the record transport mutual TLS: every gRPC connection
+	// between nodes presents the node's certificate and checks the peer's against the
+	// fleet CA, and a peer's messages must carry a sender RID its certificate names
+	// (security.go). The node's own certificate must name RID. Its owner reloads it.
+	TLS *meshtls.Certs
+	// GossipKeys encrypt gossip with memberlist's keyring (16, 24 or 32 bytes each;
+	// the first is the primary); GossipKeyFile reads them from a file instead (one
+	// base64 key per line, the first the primary), re-read by ReloadGossipKeys. Give
+	// one or neither.
+	GossipKeys    [][]byte
+	GossipKeyFile string
+	// ClusterLabel is memberlist's label, carried on every gossip packet and stream
+	// (authenticated with the gossip key when there is one): a node refuses gossip
+	// labelled otherwise, so two fleets on one network never merge. At most 255 bytes.
+	ClusterLabel string
+
 	// Build and Revision are the build version and VCS revision this node announces to
 	// the others (Member.Versions, node metadata version 3), at most 64 and 40 bytes.
 	// Empty: the main module's version and revision from the binary's build
@@ -115,6 +134,7 @@ type Node struct {
 	// membersSet is set once members is: the metrics callback reads members only then.
 	membersSet atomic.Bool
 	metrics    *meshMetrics
+	sec        *security
 	handlers   atomic.Pointer[map[wire.Command]RecordHandler]
 	// inline: the handlers registered with Records.HandleInline, by command, which
 	// may run on the peer connection's reader; ownPending: records in the record
@@ -175,6 +195,9 @@ var (
 // peer window (flow.go) bounds what is in flight anyway.
 const grpcWindow = 4 << 20
 
+// tlsHandshakeTimeout bounds a TLS handshake on the record transport's server.
+const tlsHandshakeTimeout = 10 * time.Second
+
 // grpcBuffers is the buffer pool of every node's gRPC connections (see grpcbuf).
 var (
 	grpcBuffers grpcbuf.Pool
@@ -209,6 +232,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
+	if n.sec, err = newSecurity(cfg, n.log); err != nil {
+		return nil, err
+	}
+	if cfg.TLS != nil && cfg.RID == "" {
+		return nil, fmt.Errorf("%w: mesh TLS needs a RID (the node id its certificate names)", ErrConfig)
+	}
+	if cfg.TLS != nil && !slices.Contains(cfg.TLS.Leaf().DNSNames, cfg.RID) {
+		return nil, fmt.Errorf("%w: the mesh TLS certificate does not name the RID %q (DNS SANs %v)", ErrConfig, cfg.RID, cfg.TLS.Leaf().DNSNames)
+	}
 	known := func() []Member { // a collection may come before the membership exists
 		if !n.membersSet.Load() {
 			return nil
@@ -218,12 +250,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats, &n.suspicions, known); err != nil {
 		return nil, fmt.Errorf("mesh metrics: %w", err)
 	}
+	if err := n.sec.registerMetrics(cfg.MeterProvider); err != nil {
+		n.metrics.unregister()
+		return nil, fmt.Errorf("mesh metrics: %w", err)
+	}
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
-	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping,
+	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping, sec: n.sec,
 		onSuspect: func(name string) { n.members.suspected(name) }}, "", 0)
 	nt, err := gossipnet.New([]string{cfg.BindHost}, cfg.MeshPort, mlLogger)
 	if err != nil {
+		n.metrics.unregister()
+		n.sec.unregister()
 		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
 	}
 	meshPort := nt.Port()
@@ -234,6 +272,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if len(cfg.RID) > 255 {
 		_ = nt.Shutdown()
+		n.metrics.unregister()
+		n.sec.unregister()
 		return nil, fmt.Errorf("%w: RID over 255 bytes", ErrConfig)
 	}
 	n.id = NodeID{RID: cfg.RID, Generation: cfg.Generation}
@@ -244,6 +284,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	remoteLn, err := net.Listen("tcp", net.JoinHostPort(cfg.BindHost, strconv.Itoa(cfg.RemotePort)))
 	if err != nil {
 		_ = nt.Shutdown()
+		n.metrics.unregister()
+		n.sec.unregister()
 		return nil, fmt.Errorf("%w: remote port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.RemotePort, err)
 	}
 	remotePort := remoteLn.Addr().(*net.TCPAddr).Port
@@ -255,28 +297,38 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// dead letter; keep it short so it never outlives the node for long.
 		actor.WithDeadLetterThrottleInterval(100*time.Millisecond))
 	n.pool = workpool.New(300)
-	rc := remote.Configure(cfg.BindHost, remotePort,
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+		experimental.BufferPool(&grpcBuffers), grpc.ForceServerCodecV2(grpcCodec)}
+	var tlsOpts []remote.ConfigOption
+	if cfg.TLS != nil {
+		creds = tlsCreds{n: n}
+		// A handshake that does not finish in time (a peer that opens connections and
+		// says nothing) ends; gRPC's default waits 120 s.
+		serverOpts = append(serverOpts, grpc.Creds(creds), grpc.ConnectionTimeout(tlsHandshakeTimeout))
+		tlsOpts = append(tlsOpts, remote.WithStreamFilter(n.streamFilter))
+	}
+	rc := remote.Configure(cfg.BindHost, remotePort, append([]remote.ConfigOption{
 		remote.WithListener(remoteLn),
 		remote.WithAdvertisedHost(n.remAddr),
 		// A dead peer should cost seconds, not the default ~110 s of gRPC retries.
 		remote.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 2 * time.Second}),
 			grpc.WithInitialWindowSize(grpcWindow),
 			grpc.WithInitialConnWindowSize(grpcWindow),
 			experimental.WithBufferPool(&grpcBuffers),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcCodec)),
 		),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
-			experimental.BufferPool(&grpcBuffers), grpc.ForceServerCodecV2(grpcCodec)),
+		remote.WithServerOptions(serverOpts...),
 		// The default preallocates a million-slot queue per peer. The queue grows when
 		// it fills, and with coalescing and the peer window it rarely holds more than a
 		// few messages: start it small (16,384 slots were 256 KiB zeroed per peer, an
 		// eighth of a 30-node fleet's CPU while it joined).
 		remote.WithEndpointWriterQueueSize(256),
 		remote.WithEndpointWriterDispatcher(n.pool),
-		remote.WithEndpointManagerQueueSize(1<<14),
-	)
+		remote.WithEndpointManagerQueueSize(1 << 14),
+	}, tlsOpts...)...)
 	rc.MaxRetryCount = 2
 	n.remote = remote.NewRemote(n.system, rc)
 	if err := n.remote.Start(); err != nil {
@@ -308,7 +360,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		_ = nt.Shutdown()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	n.members = newMembership(n.id, meta, n.log)
+	var ver *verifier
+	if cfg.TLS != nil {
+		ver = newVerifier(n.verifyMember, func(mem Member, err error) {
+			n.sec.tlsRefusal("to", mem.RemoteAddr, mem.ID.RID, fmt.Errorf("member not admitted: it did not prove its node id: %w", err))
+		})
+	}
+	n.members = newMembership(n.id, meta, n.log, ver)
 	n.members.legacyMeta, n.members.selfVersions = cfg.legacyMeta, n.meta.Versions
 	n.membersSet.Store(true)
 	n.unsubFlow = n.members.subscribe(func(ev MemberEvent) {
@@ -330,6 +388,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		mlc.DelegateProtocolMax = metaV3Capable
 	}
 	mlc.Logger = mlLogger
+	n.sec.configure(mlc)
 	if cfg.DNSConfigPath != "" {
 		mlc.DNSConfigPath = cfg.DNSConfigPath
 	}
@@ -533,6 +592,7 @@ func (n *Node) finish() {
 
 func (n *Node) shutdownTransport() {
 	n.metrics.unregister()
+	n.sec.unregister()
 	if n.deadLetters != nil {
 		n.system.EventStream.Unsubscribe(n.deadLetters)
 	}

@@ -604,6 +604,14 @@ type dropReason struct {
 	n   atomic.Int64
 }
 
+// dropCount is how many inbound messages were dropped for reason.
+func (m *meshMetrics) dropCount(reason string) int64 {
+	if v, ok := m.attrs.Load(reason); ok {
+		return v.(*dropReason).n.Load()
+	}
+	return 0
+}
+
 func (m *meshMetrics) dropped(reason string) {
 	v, ok := m.attrs.Load(reason)
 	if !ok {

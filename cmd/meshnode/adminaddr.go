@@ -23,20 +23,37 @@ import (
 type adminTarget struct {
 	addr  string // host:port to dial
 	where string // "flag --admin", "environment variable MESHNODE_ADMIN", ...
+	https bool   // the address was given as https://host:port
+	// creds are what the command presents (admincreds.go): nil, none.
+	creds *adminCreds
 }
 
 // adminFlags declares --admin and --config on fs; resolve, called after fs.Parse,
 // returns the target.
+//
+// It declares the credential flags too (credFlags); the credentials default to what the
+// node's own settings say (the config file, MESHNODE_* variables), so that a command
+// run on the node's host needs no flag.
 func adminFlags(fs *flag.FlagSet) (resolve func() (adminTarget, error)) {
-	admin := fs.String("admin", "", "admin address host:port of a running meshnode (default: MESHNODE_ADMIN, else the config file's admin, else "+defaultAdmin+")")
+	admin := fs.String("admin", "", "admin address host:port (or https://host:port) of a running meshnode (default: MESHNODE_ADMIN, else the config file's admin, else "+defaultAdmin+")")
 	config := fs.String("config", "", "configuration file whose admin key names the admin address (default: MESHNODE_CONFIG)")
-	return func() (adminTarget, error) { return resolveAdmin(*admin, *config) }
+	creds := credFlags(fs)
+	return func() (adminTarget, error) {
+		t, cfg, err := resolveAdmin(*admin, *config)
+		if err != nil {
+			return adminTarget{}, err
+		}
+		if t.creds, err = creds(t, cfg); err != nil {
+			return adminTarget{}, err
+		}
+		return t, nil
+	}
 }
 
 // resolveAdmin finds the admin address: flag, environment, configuration file (read
 // and checked as serve reads it: an unknown key or MESHNODE_* variable is an error),
 // default.
-func resolveAdmin(flagValue, configPath string) (adminTarget, error) {
+func resolveAdmin(flagValue, configPath string) (adminTarget, serveConfig, error) {
 	fs := flag.NewFlagSet("meshnode", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg := serveConfig{}
@@ -47,23 +64,25 @@ func resolveAdmin(flagValue, configPath string) (adminTarget, error) {
 	}
 	sources, err := parseSources(fs, args)
 	if err != nil {
-		return adminTarget{}, err
+		return adminTarget{}, cfg, err
 	}
 	t := adminTarget{addr: cfg.admin, where: whereFrom(sources, "admin")}
 	if flagValue != "" {
 		t = adminTarget{addr: flagValue, where: "flag --admin"}
 	}
+	t.addr, t.https = strings.CutPrefix(t.addr, "https://")
+	t.addr = strings.TrimPrefix(t.addr, "http://")
 	if t.addr == "" {
-		return adminTarget{}, fmt.Errorf("%s: the admin address is empty (that node serves no admin API)", t.where)
+		return adminTarget{}, cfg, fmt.Errorf("%s: the admin address is empty (that node serves no admin API)", t.where)
 	}
 	host, port, err := net.SplitHostPort(t.addr)
 	if err != nil {
-		return adminTarget{}, fmt.Errorf("%s: %w", t.where, err)
+		return adminTarget{}, cfg, fmt.Errorf("%s: %w", t.where, err)
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		t.addr = net.JoinHostPort("127.0.0.1", port)
 	}
-	return t, nil
+	return t, cfg, nil
 }
 
 // whereFrom names where a serve setting came from, for messages: "flag --X",
@@ -89,11 +108,12 @@ var adminClient = &http.Client{Timeout: 30 * time.Second}
 func (t adminTarget) call(ctx context.Context, method, path string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+t.addr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, t.creds.url(t.addr, path), nil)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", t.where, t.addr, err)
 	}
-	resp, err := adminClient.Do(req)
+	t.creds.authorize(req)
+	resp, err := t.creds.httpClient().Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {

@@ -78,6 +78,16 @@ type serveConfig struct {
 	dataDir  string
 	// storeWhere and dataDirWhere name where the values came from, for errors.
 	storeWhere, dataDirWhere string
+
+	// Security (docs/security.md; security.go): mutual TLS between nodes, encrypted
+	// gossip, the admin API's credentials, and leave to bind beyond loopback without.
+	meshTLSCert, meshTLSKey, meshTLSCA string
+	gossipKeys                         [][]byte
+	gossipKeyFile                      string
+	clusterLabel                       string
+	insecureMesh                       bool
+	adminTokenFile                     string
+	adminTLS                           bool
 }
 
 // Defaults of a bare `meshnode`: loopback only, nothing external.
@@ -98,6 +108,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type rawFlags struct {
 	streams, join, wsOrigins listFlag
 	logLevel, preset, config string
+	gossipKeys               listFlag
 }
 
 // defineFlags declares the serve flags on fs, writing into cfg and raw.
@@ -130,6 +141,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.StringVar(&cfg.storeURL, "store", "", "where Actors keep their state: bolt:PATH (embedded), postgres://user:password@host:port/db (PostgreSQL, shared by a fleet), memory: (lost at exit); default: the embedded store in --data-dir")
 	fs.StringVar(&cfg.dataDir, "data-dir", "", "the node's own directory; the embedded store is DIR/state.db (default ./meshnode-data/<node id>)")
 	fs.StringVar(&raw.config, "config", "", "configuration file, TOML or YAML (.yaml, .yml): keys are the flag names (a repeatable flag takes an array)")
+	defineSecurityFlags(fs, cfg, raw)
 }
 
 // envPrefix prefixes the environment variable of each flag: MESHNODE_ + the flag's
@@ -342,6 +354,9 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	if cfg.dataDir == "" {
 		cfg.dataDir = defaultDataDir(cfg.nodeID, cfg.meshAddr)
 	}
+	if err := checkSecurity(&cfg, raw.gossipKeys, meshHost, where); err != nil {
+		return cfg, nil, err
+	}
 	return cfg, sources, nil
 }
 
@@ -470,6 +485,9 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 		MaxRelayedRequests: c.maxRelayedRequests}
 	nc.Logger, nc.MeterProvider = log, meters
 	nc.StoreURL, nc.DataDir = c.storeURL, c.dataDir
+	nc.MeshTLSCertFile, nc.MeshTLSKeyFile, nc.MeshTLSCAFile = c.meshTLSCert, c.meshTLSKey, c.meshTLSCA
+	nc.GossipKeys, nc.GossipKeyFile, nc.ClusterLabel = c.gossipKeys, c.gossipKeyFile, c.clusterLabel
+	nc.InsecureMesh = c.insecureMesh
 	return nc
 }
 
@@ -482,7 +500,7 @@ func checkEnvNames(fs *flag.FlagSet, env []string) error {
 			continue
 		}
 		flagName := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, envPrefix+"_")), "_", "-")
-		if fs.Lookup(flagName) == nil {
+		if fs.Lookup(flagName) == nil && !slices.Contains(commandEnv, name) {
 			bad = append(bad, fmt.Sprintf("environment variable %s is not a meshnode setting%s", name, didYouMean(fs, flagName, envName)))
 		}
 	}

@@ -52,9 +52,25 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 			value = "bolt:" + filepath.Join(cfg.dataDir, boltstore.FileName) // the embedded store
 		case f.Name == "store":
 			value = store.Redact(value) // never the password
+		case f.Name == "gossip-key" && value != "":
+			value = "(" + plural(len(cfg.gossipKeys), "key") + ", not shown)" // never a key
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, value, sources[f.Name])
 	})
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// What protects the node (docs/security.md), as serve would load it.
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROTECTION\tSTATE\tDETAIL")
+	for _, p := range protections(cfg) {
+		state := "off"
+		if p.On {
+			state = "on"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, state, p.Detail)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -73,6 +73,8 @@ type nodeJSON struct {
 	Health        healthJSON   `json:"health"`
 	// Store is the Actor state store: which, its health now, and its figures.
 	Store *nodeStoreJSON `json:"store,omitempty"`
+	// Security is what protects the node (docs/security.md).
+	Security *securityJSON `json:"security,omitempty"`
 }
 
 type nodeStoreJSON struct {
@@ -160,21 +162,16 @@ type fleetActorJSON struct {
 type dashboard struct {
 	node    *meshnode.Node
 	self    string
-	client  *http.Client
 	ready   *readiness
 	started time.Time
 	build   buildinfo.Info
 	series  *series
+	// sec asks other members with this node's own credentials (nil: plain HTTP).
+	sec *adminSecurity
 }
 
-func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string, ready *readiness, started time.Time, series *series) {
-	d := &dashboard{node: node, self: self, ready: ready, started: started, build: build(), series: series, client: &http.Client{
-		// Per-request contexts bound each call; this bounds a caller that forgets.
-		Timeout: 2 * fleetPeerTimeout,
-		// No idle connections: none outlives a request (nor the node), and one request a
-		// second per member is not worth keeping them.
-		Transport: &http.Transport{DisableKeepAlives: true},
-	}}
+func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string, ready *readiness, started time.Time, series *series, sec *adminSecurity) {
+	d := &dashboard{node: node, self: self, ready: ready, started: started, build: build(), series: series, sec: sec}
 	files, err := fs.Sub(dashboardFiles, "dashboard")
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
@@ -223,6 +220,7 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 	if st := d.node.Store(); st != nil {
 		out.Store = &nodeStoreJSON{storeHealthJSON: storeHealth(context.Background(), st), StoreStats: d.node.Actors().StoreStats()}
 	}
+	out.Security = securityFigures(d.node, d.sec)
 	rc := d.node.Records().Counts()
 	out.Records = recordsJSON{ByCommand: rc.ByCommand, Drops: rc.Drops}
 	for _, c := range rc.ByCommand {
@@ -328,7 +326,7 @@ func (d *dashboard) fleetSeries(w http.ResponseWriter, r *http.Request) {
 			fm.Error = "no admin address gossiped (started without --admin)"
 		default:
 			var s seriesJSON
-			if err := d.get(ctx, admins[i], "/v1/node/series?since="+strconv.FormatInt(since, 10), &s); err != nil {
+			if err := d.get(ctx, admins[i], fm.RID, "/v1/node/series?since="+strconv.FormatInt(since, 10), &s); err != nil {
 				fm.Error = err.Error()
 				return
 			}
@@ -424,7 +422,7 @@ func (d *dashboard) fleet(w http.ResponseWriter, r *http.Request) {
 			fm.Error = "no admin address gossiped (started without --admin)"
 		default:
 			var n nodeJSON
-			if err := d.get(ctx, fm.Admin, "/v1/node", &n); err != nil {
+			if err := d.get(ctx, fm.Admin, fm.RID, "/v1/node", &n); err != nil {
 				fm.Error = err.Error()
 				return
 			}
@@ -478,7 +476,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 		case m.AdminAddr == "":
 			answers[i].err = fmt.Errorf("no admin address gossiped (started without --admin)")
 		default:
-			answers[i].err = d.get(ctx, m.AdminAddr, q, &answers[i].page)
+			answers[i].err = d.get(ctx, m.AdminAddr, m.ID.RID, q, &answers[i].page)
 		}
 	})
 	out := fleetActorsJSON{Actors: []fleetActorJSON{}}
@@ -527,7 +525,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 			var b struct {
 				Counts map[string]int `json:"counts"`
 			}
-			if err := d.get(ctx, m.AdminAddr, "/v1/node/bound?"+q.Encode(), &b); err != nil {
+			if err := d.get(ctx, m.AdminAddr, m.ID.RID, "/v1/node/bound?"+q.Encode(), &b); err != nil {
 				mu.Lock()
 				if out.Errors == nil {
 					out.Errors = map[string]string{}
@@ -574,13 +572,14 @@ func (d *dashboard) fanOut(ctx context.Context, n int, fn func(ctx context.Conte
 	wg.Wait()
 }
 
-// get fetches one member's admin endpoint and decodes its JSON answer.
-func (d *dashboard) get(ctx context.Context, admin, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+path, nil)
+// get fetches one member's admin endpoint (member rid at admin) with this node's own
+// credentials and decodes its JSON answer.
+func (d *dashboard) get(ctx context.Context, admin, rid, path string, out any) error {
+	req, client, err := d.sec.peerRequest(ctx, admin, rid, path)
 	if err != nil {
 		return fmt.Errorf("admin address %q: %w", admin, err)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}

@@ -376,3 +376,61 @@ func TestBinaryDashboardPageAndEndpoints(t *testing.T) {
 		t.Errorf("GET /v1/fleet/series: %d %+v", code, fs)
 	}
 }
+
+// With an admin token the dashboard asks for it once, keeps it in the page, and from
+// then on shows the fleet: node-a gathers node-b's figures with its own token (the
+// fleet shares the token file), so both cards appear, each saying what protects it.
+func TestDashboard_AsksForTheTokenOnceAndKeepsIt(t *testing.T) {
+	browser := chromiumPath(t)
+	tokenFile := writeFile(t, t.TempDir(), "admin.token", testToken+"\n")
+	base := []string{"--stream", "tcp://127.0.0.1:0", "--admin", "127.0.0.1:0", "--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0",
+		"--admin-token-file", tokenFile}
+	a, stopA := startBinary(t, append(base, "--node-id", "node-a")...)
+	defer func() { _ = stopA() }()
+	_, stopB := startBinary(t, append(base, "--node-id", "node-b", "--join", a["mesh"])...)
+	defer func() { _ = stopB() }()
+	testkit.Eventually(t, 10*time.Second, "node-a sees two members", func() bool {
+		code, body, _ := call(t, plainClient, "GET", "http://"+a["admin"]+"/v1/members", "Bearer "+testToken)
+		return code == http.StatusOK && strings.Count(body, `"alive"`) == 2
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.Headless,
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 1100))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	waitFor := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("the dashboard never showed %s: %v\npage:\n%s", what, err, page)
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+a["admin"]+"/")); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	waitFor("the token form", `!document.querySelector('[data-testid="auth"]').hidden`)
+	if err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS(`[data-testid="auth-token"]`), testToken)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`[data-testid="auth-submit"]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("both members' figures", `document.querySelectorAll('[data-testid="node-card"]').length === 2`)
+	waitFor("what protects each node", `[...document.querySelectorAll('[data-testid="node-security"]')].every(e => e.textContent.includes("admin token"))`)
+	// Later polls keep the token: the status moves on and the form stays hidden.
+	first, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="status"]').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a later successful poll", `(() => { const s = document.querySelector('[data-testid="status"]');
+		return s.className === "status ok" && s.textContent !== `+strconv.Quote(first)+`; })()`)
+	if hidden, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid="auth"]').hidden`)); err != nil || !hidden {
+		t.Fatalf("the page asked for the token again (hidden %v, %v)", hidden, err)
+	}
+	cancelBrowser()
+	cancelAlloc()
+}

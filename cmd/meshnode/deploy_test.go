@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/meshnode/meshnode/internal/testkit"
 )
 
 // The deploy recipes (deploy/, docs/deploy.md) are checked here rather than by eye:
@@ -20,6 +23,63 @@ import (
 // /readyz, DNS join through a headless Service).
 
 const deployDir = "../../deploy"
+
+// secretDir writes what deploy/tls/issue.sh makes into a directory of the test's: the
+// fleet CA, a certificate and key for each id, a gossip key file and an admin token
+// (made here in Go, so the recipes' checks do not depend on openssl; the script has a
+// test of its own).
+func secretDir(t *testing.T, ids ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := testkit.NewFleetPKI("meshnode fleet CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		cert, key, err := p.Node(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.WriteNode(dir, id, cert, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"gossip.keys": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n", "admin.token": "a-test-token-of-some-length\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// withSecrets points the recipe's secret paths (prefix, e.g. /etc/meshnode/secret/) at
+// dir, and expands $(MESHNODE_NODE_ID) as the kubelet does.
+func withSecrets(args []string, prefix, dir, nodeID string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		a = strings.ReplaceAll(a, "$(MESHNODE_NODE_ID)", nodeID)
+		if rest, ok := strings.CutPrefix(a, prefix); ok {
+			a = filepath.Join(dir, rest)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// allProtectionsOn fails unless cfg turns every protection on.
+func allProtectionsOn(t *testing.T, what string, cfg serveConfig) {
+	t.Helper()
+	if cfg.meshTLSCert == "" || cfg.meshTLSKey == "" || cfg.meshTLSCA == "" || cfg.gossipKeyFile == "" || cfg.clusterLabel == "" ||
+		cfg.adminTokenFile == "" || !cfg.adminTLS || cfg.insecureMesh {
+		t.Errorf("%s: not every protection is on: mesh TLS %q %q %q, gossip keys %q, label %q, admin token %q, admin TLS %v, insecure %v",
+			what, cfg.meshTLSCert, cfg.meshTLSKey, cfg.meshTLSCA, cfg.gossipKeyFile, cfg.clusterLabel, cfg.adminTokenFile, cfg.adminTLS, cfg.insecureMesh)
+	}
+	for _, p := range protections(cfg) {
+		if !p.On {
+			t.Errorf("%s: %s is off: %s", what, p.Name, p.Detail)
+		}
+	}
+}
 
 // serveArgsOK checks args (after "serve") as meshnode serve would.
 func serveArgsOK(t *testing.T, what string, args []string) serveConfig {
@@ -79,13 +139,26 @@ func TestDeploy_SystemdUnit(t *testing.T) {
 	if len(exec) < 2 || exec[1] != "serve" {
 		t.Fatalf("ExecStart %q", exec)
 	}
+	if reload := u["Service"]["ExecReload"]; !strings.Contains(reload, "-HUP") {
+		t.Errorf("ExecReload %q: systemctl reload must send SIGHUP (reloads certificates, keys, tokens)", reload)
+	}
+	// The example file, its secret paths pointed at files of the test's.
+	toml, err := os.ReadFile(filepath.Join(deployDir, "systemd", "meshnode.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := filepath.Join(t.TempDir(), "meshnode.toml")
+	if err := os.WriteFile(example, []byte(strings.ReplaceAll(string(toml), "/etc/meshnode/tls/", secretDir(t, "node-a")+"/")), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := exec[2:]
 	for i, a := range args {
 		if a == "/etc/meshnode/meshnode.toml" {
-			args[i] = filepath.Join(deployDir, "systemd", "meshnode.toml") // the example file
+			args[i] = example
 		}
 	}
 	cfg := serveArgsOK(t, "systemd ExecStart", args)
+	allProtectionsOn(t, "systemd", cfg)
 	stop, err := strconv.Atoi(u["Service"]["TimeoutStopSec"])
 	if err != nil || time.Duration(stop)*time.Second <= cfg.drainTimeout || !cfg.drainActors {
 		t.Errorf("TimeoutStopSec %q must exceed --drain-timeout %s, and SIGTERM must move the Actors (--drain-actors %v)", u["Service"]["TimeoutStopSec"], cfg.drainTimeout, cfg.drainActors)
@@ -139,8 +212,14 @@ func TestDeploy_Dockerfile(t *testing.T) {
 	if err := json.Unmarshal([]byte(cmd), &args); err != nil || len(args) == 0 || args[0] != "serve" {
 		t.Fatalf("CMD %q: want serve ..., exec form", cmd)
 	}
-	t.Setenv("MESHNODE_ADVERTISE_HOST", "172.17.0.2") // what the comment tells the operator to set
-	serveArgsOK(t, "Dockerfile CMD", args[1:])
+	// What the comments tell the operator to set, the mounted directory the test's.
+	dir := secretDir(t, "node-a")
+	t.Setenv("MESHNODE_ADVERTISE_HOST", "172.17.0.2")
+	t.Setenv("MESHNODE_NODE_ID", "node-a")
+	t.Setenv("MESHNODE_MESH_TLS_CERT", filepath.Join(dir, "node-a.crt"))
+	t.Setenv("MESHNODE_MESH_TLS_KEY", filepath.Join(dir, "node-a.key"))
+	cfg := serveArgsOK(t, "Dockerfile CMD", withSecrets(args[1:], "/etc/meshnode/secret/", dir, "node-a"))
+	allProtectionsOn(t, "Dockerfile", cfg)
 }
 
 func TestDeploy_KubernetesStatefulSetWithHeadlessService(t *testing.T) {
@@ -170,6 +249,11 @@ func TestDeploy_KubernetesStatefulSetWithHeadlessService(t *testing.T) {
 		Lifecycle struct {
 			PreStop struct{ Exec struct{ Command []string } } `yaml:"preStop"`
 		}
+		VolumeMounts []struct {
+			Name      string
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
 	}
 	type object struct {
 		APIVersion string `yaml:"apiVersion"`
@@ -187,6 +271,12 @@ func TestDeploy_KubernetesStatefulSetWithHeadlessService(t *testing.T) {
 						RunAsNonRoot bool `yaml:"runAsNonRoot"`
 					} `yaml:"securityContext"`
 					Containers []container
+					Volumes    []struct {
+						Name   string
+						Secret struct {
+							SecretName string `yaml:"secretName"`
+						}
+					}
 				}
 			}
 		}
@@ -235,7 +325,21 @@ func TestDeploy_KubernetesStatefulSetWithHeadlessService(t *testing.T) {
 	if len(c.Args) == 0 || c.Args[0] != "serve" {
 		t.Fatalf("args %q", c.Args)
 	}
-	cfg := serveArgsOK(t, "StatefulSet args", c.Args[1:])
+	// Every protection on, from the Secret mounted read-only where the args look.
+	secretMount := ""
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		for _, m := range c.VolumeMounts {
+			if m.Name == v.Name && v.Secret.SecretName == "meshnode-security" && m.ReadOnly {
+				secretMount = m.MountPath
+			}
+		}
+	}
+	if secretMount == "" {
+		t.Fatal("the Secret meshnode-security is not mounted read-only")
+	}
+	dir := secretDir(t, "meshnode-0")
+	cfg := serveArgsOK(t, "StatefulSet args", withSecrets(c.Args[1:], secretMount+"/", dir, "meshnode-0"))
+	allProtectionsOn(t, "StatefulSet", cfg)
 	if len(cfg.join) != 1 || !strings.HasPrefix(cfg.join[0], sts.Spec.ServiceName+":") {
 		t.Errorf("join %v: want the headless service's DNS name", cfg.join)
 	}
@@ -253,7 +357,61 @@ func TestDeploy_KubernetesStatefulSetWithHeadlessService(t *testing.T) {
 	if len(pre) < 2 || pre[1] != "drain" {
 		t.Errorf("preStop %q: want meshnode drain", pre)
 	}
+	// The drain goes over TLS with the token (plain HTTP credentials are refused under
+	// --admin-tls): its flags parse as the command takes them.
+	preArgs := strings.Join(pre, " ")
+	for _, want := range []string{"https://127.0.0.1:" + adminPort, "--token-file " + secretMount + "/admin.token", "--ca-file " + secretMount + "/ca.crt"} {
+		if !strings.Contains(preArgs, want) {
+			t.Errorf("preStop %q: want %s", pre, want)
+		}
+	}
 	if time.Duration(sts.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second <= cfg.drainTimeout {
 		t.Errorf("terminationGracePeriodSeconds %d must exceed --drain-timeout %s", sts.Spec.Template.Spec.TerminationGracePeriodSeconds, cfg.drainTimeout)
 	}
+}
+
+// deploy/tls/issue.sh, the openssl recipe of docs/security.md, makes certificates and
+// keys that serve accepts for the ids it was given (and only for those), a gossip key
+// file and a token; run again with RENEW=1 it issues new certificates.
+func TestDeploy_IssueScriptMakesWhatServeAccepts(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Fatal("deploy/tls/issue.sh needs openssl on PATH (Debian: apt-get install openssl)")
+	}
+	dir := t.TempDir()
+	run := func(env ...string) {
+		t.Helper()
+		cmd := exec.Command("sh", filepath.Join(deployDir, "tls", "issue.sh"), dir, "node-a", "node-b")
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("issue.sh: %v: %s", err, out)
+		}
+	}
+	run()
+	secret := filepath.Join(dir, "secret")
+	if _, err := os.Stat(filepath.Join(secret, "ca.key")); err == nil {
+		t.Error("the CA's key is in the directory that goes to the nodes")
+	}
+	args := func(id string) []string {
+		return []string{"--node-id", id, "--mesh-tls-cert", filepath.Join(secret, id+".crt"), "--mesh-tls-key", filepath.Join(secret, id+".key"),
+			"--mesh-tls-ca", filepath.Join(secret, "ca.crt"), "--gossip-key-file", filepath.Join(secret, "gossip.keys"),
+			"--admin-token-file", filepath.Join(secret, "admin.token"), "--admin-tls", "--cluster-label", "x"}
+	}
+	serveArgsOK(t, "node-a", args("node-a"))
+	cfg := serveArgsOK(t, "node-b", args("node-b"))
+	allProtectionsOn(t, "issue.sh", cfg)
+	wrong := args("node-a")
+	wrong[1] = "node-b" // node-a's certificate claimed by node-b
+	if _, _, err := parseServeConfig(wrong, io.Discard); err == nil || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("node-a's certificate as node-b: %v", err)
+	}
+	before, err := os.ReadFile(filepath.Join(secret, "node-a.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("RENEW=1")
+	after, _ := os.ReadFile(filepath.Join(secret, "node-a.crt"))
+	if string(after) == string(before) {
+		t.Fatal("RENEW=1 kept the old certificate")
+	}
+	serveArgsOK(t, "node-a renewed", args("node-a"))
 }

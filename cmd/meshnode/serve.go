@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +28,11 @@ import (
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	started := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	// SIGHUP reloads the certificates, gossip keys and admin tokens (reloadLoop) instead
+	// of ending the process, its default: taken over before anything starts.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	bi := build()
 	met, err := newMetrics(bi)
@@ -64,9 +72,22 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
+	sec, err := newAdminSecurity(cfg, node, log, met.meters)
+	if err != nil {
+		_ = node.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+		return err
+	}
+	defer sec.auth.close()
+	stopReload := make(chan struct{})
+	waitReload := reloadLoop(node, sec, log, hup, stopReload)
+	defer func() { close(stopReload); waitReload() }()
 	id := node.Mesh().ID()
 	met.nodeStarted(id)
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
+	printProtections(stdout, log, cfg)
 
 	ready := newReadiness()
 	seeds := strings.Join(cfg.join, ", ")
@@ -94,11 +115,16 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(adminConfig{registry: met.registry, ready: ready, node: node, pprof: cfg.pprof,
-			drain: askDrain, self: nodeCfg.AdminAddr, started: started, series: ser}), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: sec.auth.wrap(adminMux(adminConfig{registry: met.registry, ready: ready, node: node, pprof: cfg.pprof,
+			drain: askDrain, self: nodeCfg.AdminAddr, started: started, series: ser, sec: sec})), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
-		go func() { adminDone <- admin.Serve(adminLn) }()
-		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
+		ln := sec.listener(adminLn)
+		go func() { adminDone <- admin.Serve(ln) }()
+		also := ""
+		if cfg.adminTLS {
+			also = "; https:// on the same port, credentials over TLS only"
+		}
+		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz%s)\n", adminLn.Addr(), also)
 	}
 	stopAdmin := func() {
 		if admin == nil {
@@ -219,6 +245,7 @@ type adminConfig struct {
 	self     string      // this node's admin address as gossiped (empty: none)
 	started  time.Time   // when the process started
 	series   *series     // the dashboard's series
+	sec      *adminSecurity
 }
 
 func adminMux(c adminConfig) *http.ServeMux {
@@ -227,7 +254,7 @@ func adminMux(c adminConfig) *http.ServeMux {
 	adminActors(mux, node, c.drain)
 	adminSessions(mux, node)
 	adminTopics(mux, node)
-	adminDashboard(mux, node, c.self, ready, c.started, c.series)
+	adminDashboard(mux, node, c.self, ready, c.started, c.series, c.sec)
 	if c.pprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.
@@ -261,7 +288,21 @@ func adminMux(c adminConfig) *http.ServeMux {
 				return
 			}
 		}
+		// A certificate that expired makes the node useless to its peers; one that
+		// expires soon is said while the node is still ready (every node's would fail
+		// its probe at once otherwise).
+		var warnings []string
+		if ready.why() == "" {
+			var notReady string
+			if notReady, warnings = securityReadiness(node, time.Now()); notReady != "" {
+				http.Error(w, "not ready: "+notReady, http.StatusServiceUnavailable)
+				return
+			}
+		}
 		ready.serveHTTP(w, r)
+		for _, warn := range warnings {
+			_, _ = io.WriteString(w, "warning: "+warn+"\n")
+		}
 	})
 	return mux
 }

@@ -1263,6 +1263,10 @@ type Followed struct {
 	FromRid        string                 `protobuf:"bytes,1,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
 	FromGeneration uint64                 `protobuf:"varint,2,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
 	Frames         [][]byte               `protobuf:"bytes,3,rep,name=frames,proto3" json:"frames,omitempty"`
+	// The node that forwards it (the Actor's former node). from_rid names the record's
+	// sender, which is the forwarder's word; under mesh TLS the receiver checks that
+	// forwarder_rid is a DNS SAN of the certificate the forwarder connected with.
+	ForwarderRid string `protobuf:"bytes,4,opt,name=forwarder_rid,json=forwarderRid,proto3" json:"forwarder_rid,omitempty"`
 	// The receiving node lifecycle: a message that reaches a later lifecycle of the
 	// same node (protoactor remote delivers what it queued once the address answers
 	// again) is dropped. 0: not addressed.
@@ -1320,6 +1324,13 @@ func (x *Followed) GetFrames() [][]byte {
 		return x.Frames
 	}
 	return nil
+}
+
+func (x *Followed) GetForwarderRid() string {
+	if x != nil {
+		return x.ForwarderRid
+	}
+	return ""
 }
 
 func (x *Followed) GetToGeneration() uint64 {
@@ -1495,11 +1506,12 @@ const file_mesh_meshpb_meshpb_proto_rawDesc = "" +
 	"\x0erelocation_low\x18\x02 \x01(\x04R\rrelocationLow\x12\x12\n" +
 	"\x04held\x18\x03 \x01(\x04R\x04held\x12\x14\n" +
 	"\x05abort\x18\x04 \x01(\bR\x05abort\x12#\n" +
-	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\x8b\x01\n" +
+	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\xb0\x01\n" +
 	"\bFollowed\x12\x19\n" +
 	"\bfrom_rid\x18\x01 \x01(\tR\afromRid\x12'\n" +
 	"\x0ffrom_generation\x18\x02 \x01(\x04R\x0efromGeneration\x12\x16\n" +
 	"\x06frames\x18\x03 \x03(\fR\x06frames\x12#\n" +
+	"\rforwarder_rid\x18\x04 \x01(\tR\fforwarderRid\x12#\n" +
 	"\rto_generation\x18\x14 \x01(\x04R\ftoGeneration\"\x87\x01\n" +
 	"\x06Retire\x12*\n" +
 	"\x05fence\x18\x01 \x01(\v2\x14.meshnode.mesh.FenceR\x05fence\x12,\n" +

@@ -131,6 +131,17 @@ var rows = []row{
 	{label: "bound request/response, 100 sessions, vs raw remote request, 100 callers", bench: "BoundRequestCrossNode100Sessions", baseline: "RawRemoteRequest100Callers",
 		target: 0.60, floor: "RawTCP100Conns", runs: []float64{0.193, 0.320, 0.321}},
 
+	// What the mesh's protections cost (docs/security.md): the same work on a fleet with
+	// mutual TLS and encrypted gossip and on one without, in alternation. Targets: the
+	// secured fleet at >= 87% of the plain one's throughput one-way, >= 80% per round
+	// trip.
+	{label: "cross-node Actor send, mTLS fleet vs plain fleet, interleaved", bench: "ActorSendCrossNodeTLSInterleaved", unit: "x-plain-time",
+		target: 0.87, runs: []float64{1 / 0.9951, 1 / 1.013, 1 / 1.045}},
+	{label: "bound request round trip, mTLS fleet vs plain fleet, interleaved", bench: "BoundRequestCrossNodeTLSInterleaved", unit: "x-plain-time",
+		target: 0.80, runs: []float64{1 / 1.164, 1 / 1.235, 1 / 1.152}},
+	{label: "bound one-way relay, mTLS fleet vs plain fleet, interleaved", bench: "BoundRelaySendCrossNodeTLSInterleaved", unit: "x-plain-time",
+		target: 0.87, runs: []float64{1 / 0.9937, 1 / 0.9916, 1 / 1.008}},
+
 	// Shown without a goal: the same figures run apart, and where the time goes.
 	{label: "(b) connector echo, 1 conn, vs (a) raw TCP ping-pong", bench: "ConnectorEcho", baseline: "RawTCPPingPong", runs: []float64{0.550, 0.789, 0.578}},
 	{label: "server share: raw client echo vs (a) raw TCP ping-pong", bench: "ServerEchoRawClient", baseline: "RawTCPPingPong", runs: []float64{0.781, 0.869, 0.894}},

@@ -230,6 +230,9 @@ func startProc(t *testing.T, bin, ns, id, ip string, join []string, timeout time
 		// node that cannot reach its peers from holding the cleanup.
 		"--drain-timeout", "3s",
 		"--data-dir", t.TempDir(),
+		// Addresses of the test's own namespaces, beyond loopback: the test is about
+		// partitions, not the protections (test/security has those).
+		"--insecure-mesh",
 	}
 	for _, j := range join {
 		args = append(args, "--join", j)

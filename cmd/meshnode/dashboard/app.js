@@ -32,17 +32,59 @@ function setText(id, v) {
   if (e.textContent !== String(v)) e.textContent = String(v);
 }
 
+// The admin token: asked for once, when the node first answers 401, and kept in this
+// page only (never in storage; a reload asks again). A node that takes a client
+// certificate of the browser never asks.
+let token = "";
+
+function askToken(why) {
+  const form = document.getElementById("auth");
+  setText("auth-why", why || "");
+  if (form.hidden) {
+    form.hidden = false;
+    document.getElementById("auth-token").focus();
+  }
+}
+
+document.getElementById("auth").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  token = document.getElementById("auth-token").value.trim();
+  document.getElementById("auth-token").value = "";
+  document.getElementById("auth").hidden = true;
+  refresh();
+});
+
 async function getJSON(path) {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), 5000);
   try {
-    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store" });
+    const headers = token ? { Authorization: "Bearer " + token } : {};
+    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store", headers });
     const body = await resp.json();
+    if (resp.status === 401) askToken(body.message);
     if (!resp.ok) throw new Error(`${path}: ${body.error || resp.status}: ${body.message || ""}`);
     return body;
   } finally {
     clearTimeout(timer);
   }
+}
+
+// protectionsText says what protects node n, loudly when something is off.
+function protectionsText(s) {
+  if (!s) return "protections: unknown";
+  const parts = [];
+  if (s.meshTLS) {
+    const until = new Date(s.meshTLS.notAfter).toISOString().slice(0, 16).replace("T", " ");
+    parts.push(`mesh TLS on (expires ${until}${s.expires ? ", " + s.expires.toUpperCase() : ""})`);
+  } else parts.push("mesh TLS OFF");
+  parts.push(s.gossip.encrypted ? `gossip encrypted (${s.gossip.keys} key${s.gossip.keys === 1 ? "" : "s"}, primary ${s.gossip.primary})` : "gossip IN THE CLEAR");
+  const admin = [s.admin.token ? "token" : "", s.admin.tls ? "TLS" : ""].filter(Boolean).join(" + ");
+  parts.push(admin ? `admin ${admin}` : "admin OPEN");
+  if (s.insecureMesh && s.missing) parts.push("INSECURE: " + s.missing.join(", ") + " missing");
+  if (s.pending && s.pending.length) parts.push(`${s.pending.length} member(s) not admitted`);
+  const refused = Object.values(s.refused || {}).reduce((a, b) => a + b, 0);
+  if (refused) parts.push(`${fmtNum(refused)} refused`);
+  return "protections: " + parts.join(" · ");
 }
 
 function pageQuery(p) {
@@ -149,6 +191,7 @@ function renderFleet(f) {
       const dropRows = byKey(n.records.drops).map(([reason, v]) => el("tr", {}, el("td", {}, reason), el("td", {}, fmtNum(v))));
       cards.push(el("div", { class: "card", "data-testid": "node-card", "data-rid": m.rid },
         el("h3", {}, m.rid),
+        el("p", { "data-testid": "node-security", class: n.security && n.security.meshTLS && n.security.gossip.encrypted ? "" : "warn" }, protectionsText(n.security)),
         n.store ? el("p", { "data-testid": "node-store", "data-ok": String(n.store.ok) },
           `store ${n.store.name} ${n.store.location}: ${n.store.ok ? "ok" : "DOWN (" + n.store.error + ")"}; ` +
           `${fmtNum(n.store.Saves)} saves, ${fmtNum(n.store.Conflicts)} conflicts, ${fmtNum(n.store.SaveFailures)} failed, ${fmtNum(n.store.Corrupt)} corrupt`) : el("p", {}, "no store"),

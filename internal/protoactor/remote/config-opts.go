@@ -1,6 +1,7 @@
 package remote
 
 import (
+	stdcontext "context"
 	"net"
 
 	"github.com/meshnode/meshnode/internal/protoactor/actor"
@@ -89,5 +90,13 @@ func WithListener(ln net.Listener) ConfigOption {
 func WithEndpointWriterDispatcher(d actor.Dispatcher) ConfigOption {
 	return func(config *Config) {
 		config.EndpointWriterDispatcher = d
+	}
+}
+
+// WithStreamFilter installs f as the filter of every inbound stream (meshnode patch):
+// see Config.StreamFilter.
+func WithStreamFilter(f func(ctx stdcontext.Context) (MessageFilter, error)) ConfigOption {
+	return func(config *Config) {
+		config.StreamFilter = f
 	}
 }

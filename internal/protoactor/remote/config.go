@@ -1,6 +1,7 @@
 package remote
 
 import (
+	stdcontext "context"
 	"fmt"
 	"net"
 
@@ -63,4 +64,15 @@ type Config struct {
 	// EndpointWriterDispatcher, when set, runs the endpoint writers' mailboxes
 	// (meshnode patch: on long-lived goroutines, whose stacks stay grown).
 	EndpointWriterDispatcher actor.Dispatcher
+	// StreamFilter, when set, is asked once per inbound stream, with the stream's
+	// context (its gRPC peer: the TLS state and the verified client certificate), for
+	// a filter of the messages that stream may deliver; an error refuses the stream
+	// (meshnode patch: the mesh ties what a peer claims in a message to the certificate
+	// it authenticated with).
+	StreamFilter func(ctx stdcontext.Context) (MessageFilter, error)
 }
+
+// MessageFilter reports whether a message a stream delivered may reach its target;
+// false drops it (the filter counts and logs what it drops). It runs on the stream's
+// reader goroutine, once per deserialized message (meshnode patch).
+type MessageFilter func(message interface{}) bool

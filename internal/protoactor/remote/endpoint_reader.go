@@ -36,6 +36,14 @@ func newEndpointReader(r *Remote) *endpointReader {
 }
 
 func (s *endpointReader) Receive(stream Remoting_ReceiveServer) error {
+	// meshnode patch: the stream's filter, from who the peer authenticated as.
+	var filter MessageFilter
+	if sf := s.remote.config.StreamFilter; sf != nil {
+		var err error
+		if filter, err = sf(stream.Context()); err != nil {
+			return err
+		}
+	}
 	disconnectChan := make(chan bool, 1)
 	s.remote.edpManager.endpointReaderConnections.Store(stream, disconnectChan)
 	defer func() {
@@ -87,7 +95,7 @@ func (s *endpointReader) Receive(stream Remoting_ReceiveServer) error {
 			}
 		case *RemoteMessage_MessageBatch:
 			m := t.MessageBatch
-			err := s.onMessageBatch(m)
+			err := s.onMessageBatch(m, filter)
 			if err != nil {
 				s.remote.Logger().Error("EndpointReader failed to handle message batch", slog.Any("error", err))
 				return err
@@ -119,7 +127,7 @@ func (s *endpointReader) OnConnectRequest(stream Remoting_ReceiveServer, c *Conn
 	return false, nil
 }
 
-func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
+func (s *endpointReader) onMessageBatch(m *MessageBatch, filter MessageFilter) error {
 	var (
 		sender *actor.PID
 		target *actor.PID
@@ -149,6 +157,11 @@ func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
 				s.remote.Logger().Error("EndpointReader failed to deserialize", slog.Any("error", err))
 				return err
 			}
+		}
+
+		// meshnode patch: a message the stream's filter refuses never reaches its target.
+		if filter != nil && !filter(message) {
+			continue
 		}
 
 		switch msg := message.(type) {
