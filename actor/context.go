@@ -209,6 +209,12 @@ func (c *Context) IsBound() bool {
 
 func (c *Context) turn() *Turn { return &c.shell.turn }
 
+// StayActive keeps this activation from idle collection while stay is true: an Actor
+// that serves clients without a session binding (a plugin services session worker with
+// presentations attached) says so, since only a binding holds an Actor otherwise. A move
+// does not carry it: the Actor says it again on the node it moved to.
+func (c *Context) StayActive(stay bool) { c.act.stayActive.Store(stay) }
+
 // sessionReply returns the reply function of a relayed session Request. An error goes
 // to the client as fault.Public shows it: the text of an error without a kind stays
 // here, in the log.

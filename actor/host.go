@@ -227,6 +227,7 @@ type activation struct {
 	queuedBytes atomic.Int64
 	lastActive  atomic.Int64 // unix nanos of its last turn
 	keepActive  atomic.Bool  // a layer above holds it (a session binding): not collected
+	stayActive  atomic.Bool  // the Actor holds itself (Context.StayActive): not collected
 
 	ctx    context.Context // the Actors' turn context: cancelled when the activation stops
 	cancel context.CancelFunc
