@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/meshnode/meshnode/fault"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -87,7 +88,14 @@ type Pending struct {
 // by value is received as *T. It is how an Actor gets back the result of work it handed to
 // a goroutine, to answer a Pending in its own turn.
 func (c *Context) Poster() func(msg any) {
-	h, pid := c.host, c.act.pid
+	h := c.host
+	var pid *proto.PID
+	if c.shell.pctx != nil {
+		// In an activation's first turn its pid may not be published yet (as Turn.After).
+		pid = c.shell.pctx.Self()
+	} else {
+		pid = c.act.pid
+	}
 	return func(msg any) {
 		msg = normalize(msg) // every message arrives as a pointer (Actor)
 		h.system.Root.Send(pid, turnCallback{fn: func(t *Turn) { t.Deliver(msg) }})

@@ -22,6 +22,9 @@ import (
 type Client struct {
 	ID        string
 	Transport string
+	// Attachment is, on a session worker, the presentation's attachment: one per attach
+	// (a presentation that attaches again is another attachment of the same ID).
+	Attachment string `json:",omitempty"`
 }
 
 // clientKey is unexported: only this package can put a Client in a context.
@@ -246,16 +249,46 @@ func (e *Endpoint) Close() {
 }
 
 // Loopback is an in-process Connection to a provider host, with no sockets: the same
-// endpoint, request table, cancellation and strict JSON as a remote connection.
+// endpoint, request table, cancellation and strict JSON as a remote connection. To the
+// node's server host it is also a presentation: Session reaches the worker of the
+// session it attaches to, as a STREAM client's session scope does.
 type Loopback struct {
 	ep  *Endpoint
 	h   *Host
 	seq atomic.Uint64
+	pr  *presenter
+
+	stop   context.CancelFunc
+	hookMu sync.Mutex
+	hooks  []func()
+	closed bool
 }
 
 // NewLoopback connects to provider as client.
 func NewLoopback(provider *Host, client Client) *Loopback {
-	return &Loopback{ep: provider.Endpoint(context.Background(), client), h: provider}
+	ctx, stop := context.WithCancel(context.Background())
+	if client.Transport == "" {
+		client.Transport = "loopback"
+	}
+	l := &Loopback{h: provider, stop: stop}
+	l.pr = &presenter{id: client.ID, transport: client.Transport, key: nextLoopbackKey(), ctx: ctx,
+		push: l.receive, onClose: l.onClose}
+	l.ep = provider.Endpoint(context.WithValue(ctx, presenterKey{}, l.pr), client)
+	return l
+}
+
+// receive takes a frame the provider pushes to this connection.
+func (l *Loopback) receive(frame) error { return nil }
+
+func (l *Loopback) onClose(fn func()) {
+	l.hookMu.Lock()
+	if !l.closed {
+		l.hooks = append(l.hooks, fn)
+		l.hookMu.Unlock()
+		return
+	}
+	l.hookMu.Unlock()
+	fn()
 }
 
 // Catalogue implements Connection.
@@ -279,5 +312,68 @@ func (l *Loopback) Call(ctx context.Context, call Call) (json.RawMessage, error)
 	}
 }
 
-// Close disconnects: the provider cancels this client's calls in flight.
-func (l *Loopback) Close() { l.ep.Close() }
+// Session returns the connection to the session services of the worker this loopback
+// presentation attaches to (SessionManagement on the provider, a node's server host):
+// until an attach its calls fail with ErrNotAttached, and a host assembling against it
+// accepts its unresolved requirements provisionally.
+func (l *Loopback) Session() Connection { return loopbackSession{l} }
+
+type loopbackSession struct{ l *Loopback }
+
+func (s loopbackSession) provisional() bool { return true }
+
+func (s loopbackSession) Catalogue(ctx context.Context) (Catalogue, error) {
+	var cat Catalogue
+	att := s.l.h.attacher()
+	if att == nil {
+		return cat, &Error{Code: CodeNotAttached, Message: "the provider has no session workers"}
+	}
+	raw, err := att.catalogue(ctx, s.l.pr)
+	if err != nil {
+		return cat, err
+	}
+	if err := json.Unmarshal(raw, &cat); err != nil {
+		return cat, &Error{Code: CodeInvalidResult, Message: "the session catalogue: " + err.Error()}
+	}
+	return cat, nil
+}
+
+func (s loopbackSession) Call(ctx context.Context, call Call) (json.RawMessage, error) {
+	att := s.l.h.attacher()
+	if att == nil {
+		return nil, &Error{Code: CodeNotAttached, Message: "the provider has no session workers"}
+	}
+	rid := strconv.FormatUint(s.l.seq.Add(1), 10)
+	type result struct {
+		raw json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
+	att.call(s.l.pr, rid, call, func(raw json.RawMessage, err error) { done <- result{raw, err} })
+	select {
+	case r := <-done:
+		return r.raw, r.err
+	case <-ctx.Done():
+		att.cancel(s.l.pr, rid)
+		return nil, cancelled(ctx)
+	}
+}
+
+// Close disconnects: the provider cancels this client's calls in flight, and a
+// presentation's attachment ends.
+func (l *Loopback) Close() {
+	l.hookMu.Lock()
+	if l.closed {
+		l.hookMu.Unlock()
+		return
+	}
+	l.closed = true
+	hooks := l.hooks
+	l.hooks = nil
+	l.hookMu.Unlock()
+	l.ep.Close()
+	l.stop()
+	for _, fn := range hooks {
+		fn()
+	}
+}

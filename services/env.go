@@ -26,6 +26,7 @@ type Env struct {
 	activate   []func(context.Context) error
 	deactivate []func(context.Context) error
 	owned      []func(context.Context) error
+	clients    []func(context.Context, Client, bool)
 
 	provides map[string]*service // services this facet generation provides
 	uses     map[string]Mode     // service id → mode of its requirements
@@ -47,6 +48,16 @@ func (e *Env) OnActivate(fn func(ctx context.Context) error) {
 func (e *Env) OnDeactivate(fn func(ctx context.Context) error) {
 	e.mustBeOpen("OnDeactivate")
 	e.deactivate = append(e.deactivate, fn)
+}
+
+// OnClient registers fn to run when a presentation attaches to the session worker the
+// facet runs in (attached true) or its attachment ends (false: it detached, switched,
+// disconnected, or its node left). It runs in the worker's turn; outside session
+// workers it is never called. A presentation that goes away does not end the session's
+// work: what it started keeps running under the facet's own policy.
+func (e *Env) OnClient(fn func(ctx context.Context, c Client, attached bool)) {
+	e.mustBeOpen("OnClient")
+	e.clients = append(e.clients, fn)
 }
 
 // Own registers a resource to release when the facet is disposed, in reverse order.

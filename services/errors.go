@@ -56,6 +56,7 @@ const (
 	CodeSessionUnavailable = "session_unavailable"     // the session worker is gone
 	CodeNotImplemented     = "service_not_implemented" // a member the provider left unset
 	CodeDuplicateRequest   = "duplicate_request"       // a request id already in flight on this connection
+	CodeSessionExists      = "session_exists"          // create of a session id that exists
 	CodeInternal           = "internal"                // an unexpected failure (details stay in the log)
 )
 
@@ -76,6 +77,7 @@ var (
 	ErrSessionUnavailable = &Error{Code: CodeSessionUnavailable}
 	ErrNotImplemented     = &Error{Code: CodeNotImplemented}
 	ErrDuplicateRequest   = &Error{Code: CodeDuplicateRequest}
+	ErrSessionExists      = &Error{Code: CodeSessionExists}
 	ErrInternal           = &Error{Code: CodeInternal}
 )
 

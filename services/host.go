@@ -61,6 +61,7 @@ type Host struct {
 	conns    []Connection
 	order    []*Env // activation order
 	gen      uint64
+	att      *Attacher // routes session scope for loopback presentations (the node's server host)
 }
 
 type hostPhase uint8
@@ -357,6 +358,33 @@ func (h *Host) dispose(ctx context.Context, envs []*Env) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// clientEvent runs the facets' OnClient callbacks (a session worker's presentation
+// attached or detached), in facet order.
+func (h *Host) clientEvent(ctx context.Context, c Client, attached bool) {
+	h.mu.Lock()
+	order := slices.Clone(h.order)
+	h.mu.Unlock()
+	for _, e := range order {
+		for _, fn := range e.clients {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						h.log.Error("services: an OnClient callback panicked", "facet", e.facet, "panic", fmt.Sprint(r))
+					}
+				}()
+				fn(ctx, c, attached)
+			}()
+		}
+	}
+}
+
+// attacher returns the Attacher serving this host's presentations, if any.
+func (h *Host) attacher() *Attacher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.att
 }
 
 // Close deactivates and disposes every facet (consumers before providers), fails the

@@ -28,12 +28,14 @@ var knownCodes = map[string]bool{
 	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeInvalidResult: true,
 	CodeStaleGeneration: true, CodeNotAttached: true, CodeNotAuthorized: true, CodeUnknownSession: true,
 	CodeSessionUnavailable: true, CodeNotImplemented: true, CodeDuplicateRequest: true, CodeInternal: true,
+	CodeSessionExists: true,
 }
 
 // badInput are the codes of a call the caller got wrong: logged once per interval.
 var badInput = map[string]bool{
 	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeDuplicateRequest: true,
 	CodeNotAttached: true, CodeStaleGeneration: true, CodeNotAuthorized: true, CodeInvalidResult: true,
+	CodeUnknownSession: true, CodeSessionExists: true,
 }
 
 func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {

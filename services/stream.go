@@ -39,18 +39,25 @@ const (
 
 // StreamServer serves a host's RPC-capable services to the clients of a STREAM node:
 // one Endpoint per session, created on its first service packet and closed when the
-// session ends (which cancels that session's calls, no one else's).
+// session ends (which cancels that session's calls, no one else's). With an Attacher,
+// each session is also a presentation: its session-scoped packets go to the worker of
+// the session it attached to, and what the Attacher pushes reaches it as Sends.
 type StreamServer struct {
 	h   *Host
 	att *Attacher
 	mu  sync.Mutex
-	eps map[*session.Peer]*Endpoint
+	eps map[*session.Peer]*streamClient
+}
+
+type streamClient struct {
+	ep *Endpoint
+	pr *presenter
 }
 
 // NewStreamServer serves h; with att, packets of scope "session" go to the session
 // worker each session is attached to (without att they are refused not_attached).
 func NewStreamServer(h *Host, att *Attacher) *StreamServer {
-	return &StreamServer{h: h, att: att, eps: map[*session.Peer]*Endpoint{}}
+	return &StreamServer{h: h, att: att, eps: map[*session.Peer]*streamClient{}}
 }
 
 // toSession reports whether p is session-scoped, and routes it if so.
@@ -58,19 +65,48 @@ func (s *StreamServer) toSession(ctx context.Context, p *session.Packet) (bool, 
 	if scope, _ := p.Metadata.Get(MetaScope); scope != ScopeSession {
 		return false, nil
 	}
-	var err *Error
+	fail := func(err error) (bool, error) {
+		if !p.IsRequest() {
+			return true, nil
+		}
+		svc, _ := p.Metadata.Get(MetaService)
+		mem, _ := p.Metadata.Get(MetaMember)
+		s.h.stats.served(svc, mem, s.clientID(p.Peer), wireError(err))
+		return true, replyError(p, err)
+	}
 	if s.att == nil {
-		err = &Error{Code: CodeNotAttached, Message: "this server has no session workers"}
-	} else {
-		err = s.att.relay(ctx, p)
+		return fail(&Error{Code: CodeNotAttached, Message: "this server has no session workers"})
 	}
-	if err == nil || !p.IsRequest() {
-		return true, nil
+	pr := s.client(p.Peer).pr
+	switch p.Name {
+	case NameCall:
+		call, rid, err := CallFromPacket(p)
+		if err != nil {
+			return fail(err)
+		}
+		s.att.call(pr, rid, call, func(raw json.RawMessage, err error) {
+			if err != nil {
+				s.h.stats.served(call.Service, call.Member, pr.id, wireError(err))
+				_ = replyError(p, err)
+				return
+			}
+			_ = p.Reply(wire.CodecJSON, raw)
+		})
+	case NameCancel:
+		rid, _ := p.Metadata.Get(MetaRequest)
+		s.att.cancel(pr, rid)
+	case NameCatalogue:
+		s.att.catalogueAsync(pr, func(raw json.RawMessage, err error) {
+			if err != nil {
+				_ = replyError(p, err)
+				return
+			}
+			_ = p.Reply(wire.CodecJSON, raw)
+		})
+	default:
+		return fail(&Error{Code: CodeInvalidArguments, Message: "not a session-scoped packet: " + p.Name})
 	}
-	svc, _ := p.Metadata.Get(MetaService)
-	mem, _ := p.Metadata.Get(MetaMember)
-	s.h.stats.served(svc, mem, clientID(p.Peer), err)
-	return true, replyError(p, err)
+	return true, nil
 }
 
 // Routes adds the service packets to m.
@@ -85,26 +121,53 @@ func (s *StreamServer) Sessions() int {
 	return len(s.eps)
 }
 
-func (s *StreamServer) endpoint(p *session.Peer) *Endpoint {
+// client returns the endpoint and presenter of p's session, making them on first use.
+func (s *StreamServer) client(p *session.Peer) *streamClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ep := s.eps[p]; ep != nil {
-		return ep
+	if c := s.eps[p]; c != nil {
+		return c
 	}
-	ep := s.h.Endpoint(context.WithValue(p.Context(), peerKey{}, p), Client{ID: clientID(p), Transport: p.Transport()})
-	s.eps[p] = ep
+	var (
+		hookMu sync.Mutex
+		hooks  []func()
+	)
+	pr := &presenter{
+		id: s.clientID(p), transport: p.Transport(), key: "s" + strconv.FormatUint(uint64(p.RoutingID()), 10),
+		ctx: p.Context(),
+		push: func(f frame) error {
+			return p.Send(context.Background(), f.name, wire.CodecJSON, f.payload, session.WithMetadata(f.md), session.NonBlocking())
+		},
+		onClose: func(fn func()) { hookMu.Lock(); hooks = append(hooks, fn); hookMu.Unlock() },
+	}
+	ep := s.h.Endpoint(context.WithValue(p.Context(), presenterKey{}, pr), Client{ID: pr.id, Transport: p.Transport()})
+	c := &streamClient{ep: ep, pr: pr}
+	s.eps[p] = c
 	p.AfterDisconnect(func(context.Context, wire.CloseReason) {
 		ep.Close()
 		s.mu.Lock()
 		delete(s.eps, p)
 		s.mu.Unlock()
+		hookMu.Lock()
+		fns := hooks
+		hooks = nil
+		hookMu.Unlock()
+		for _, fn := range fns {
+			fn()
+		}
 	})
-	return ep
+	return c
 }
 
-// clientID is the identity of a STREAM session as this node accepted it.
-func clientID(p *session.Peer) string {
-	return p.Node() + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10)
+// clientID is the identity of a STREAM session as this node accepted it: with an
+// Attacher, the mesh node's RID and the routing id (unique in the fleet while the
+// session lives); without, the stream node's name and the routing id.
+func (s *StreamServer) clientID(p *session.Peer) string {
+	node := p.Node()
+	if s.att != nil {
+		node = s.att.rid
+	}
+	return node + "/" + strconv.FormatUint(uint64(p.RoutingID()), 10)
 }
 
 func (s *StreamServer) catalogue(ctx context.Context, p *session.Packet) error {
@@ -120,10 +183,10 @@ func (s *StreamServer) call(ctx context.Context, p *session.Packet) error {
 	}
 	call, rid, err := CallFromPacket(p)
 	if err != nil {
-		s.h.stats.served(call.Service, call.Member, clientID(p.Peer), wireError(err))
+		s.h.stats.served(call.Service, call.Member, s.clientID(p.Peer), wireError(err))
 		return replyError(p, err)
 	}
-	s.endpoint(p.Peer).Serve(rid, call, func(raw json.RawMessage, err error) {
+	s.client(p.Peer).ep.Serve(rid, call, func(raw json.RawMessage, err error) {
 		if err != nil {
 			_ = replyError(p, err)
 			return
@@ -139,10 +202,10 @@ func (s *StreamServer) cancel(ctx context.Context, p *session.Packet) error {
 	}
 	if rid, ok := p.Metadata.Get(MetaRequest); ok {
 		s.mu.Lock()
-		ep := s.eps[p.Peer]
+		c := s.eps[p.Peer]
 		s.mu.Unlock()
-		if ep != nil {
-			ep.Cancel(rid)
+		if c != nil {
+			c.ep.Cancel(rid)
 		}
 	}
 	return nil

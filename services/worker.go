@@ -2,12 +2,17 @@ package services
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/meshnode/meshnode/actor"
+	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/session/wire"
 )
 
 // WorkerOptions configures the session workers of a kind.
@@ -19,13 +24,18 @@ type WorkerOptions struct {
 	HostOptions HostOptions
 }
 
+// MaxClientsPerWorker bounds the presentations attached to one worker at once; an
+// attach past it fails with CodeUnavailable.
+const MaxClientsPerWorker = 4096
+
 // WorkerKind returns an Actor kind whose activations are session workers: each runs a
 // services host with facets (the session facets), built when the activation starts and
-// closed when it stops, and serves the session services to the presentation attached
-// to it (the STREAM session bound to the Actor). Calls arrive as relayed NameCall
-// packets; each binding of a session is one client, so request ids of different
-// presentations never meet, and a frame of a binding that is not the current one is
-// refused with stale_generation.
+// closed when it stops, and serves the session services to every presentation attached
+// to it, each as its own client (its calls, cancels and request ids apart from the
+// others'). Presentations reach it through their node's Attacher, with Actor messages;
+// what it publishes (updates, notices about itself) goes to its topic, which each node
+// with presentations attached subscribes to once. It holds itself active while
+// presentations are attached.
 func WorkerKind(name string, opts WorkerOptions, facets ...Facet) actor.Kind {
 	return actor.Kind{Name: name, New: func() actor.Actor { return &worker{opts: opts, facets: facets} }}
 }
@@ -37,52 +47,94 @@ type worker struct {
 	server *Loopback
 	err    error
 
-	session actor.SessionID // the current binding (zero: none)
-	ep      *Endpoint
+	self    actor.RouteFence
+	topic   string
+	clients map[string]*workerClient
+	pending map[*workerPending]struct{}
+	removed bool
+	unsub   func()
 }
 
-// callDone is a finished session-service call, posted back to the worker's turn.
-type callDone struct {
-	pending *actor.Pending
-	raw     json.RawMessage
-	err     error
+// workerClient is one attachment of a presentation.
+type workerClient struct {
+	key    string
+	client Client
+	ep     *Endpoint
 }
+
+// workerPending is a call answered in a later turn (a Task, a busy service).
+type workerPending struct {
+	p *actor.Pending
+}
+
+// callDone is a finished call, posted back to the worker's turn.
+type callDone struct {
+	wp  *workerPending
+	raw json.RawMessage
+	err error
+}
+
+// nodeGone is posted when a node lifecycle left the mesh: its presentations' attachments
+// end.
+type nodeGone struct{ lifecycle string }
 
 func (w *worker) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		w.start(ctx)
 	case *actor.Stopping:
-		w.endSession()
-		if w.host != nil {
-			_ = w.host.Close(context.WithoutCancel(ctx.Context))
+		w.stopping(ctx)
+	case *workerStart:
+	case *workerAttach:
+		w.attach(ctx, m)
+	case *workerDetach:
+		w.detach(ctx, m.Client)
+	case *workerCall:
+		w.call(ctx, m)
+	case *workerCancel:
+		if c := w.clients[m.Client]; c != nil {
+			c.ep.Cancel(m.Rid)
 		}
-		if w.server != nil {
-			w.server.Close()
+	case *workerCatalogue:
+		switch {
+		case w.host == nil:
+			_ = ctx.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker failed to start"})
+		case w.clients[m.Client] == nil:
+			_ = ctx.Reply(staleAttachment())
+		default:
+			raw, _ := json.Marshal(w.host.Catalogue())
+			_ = ctx.Reply(&answer{Raw: raw})
 		}
-	case *actor.SessionBound:
-		w.endSession()
-		w.session = m.Session
-		if w.host != nil {
-			id := m.Session.RID + "#" + strconv.FormatUint(m.Session.BindingGeneration, 10)
-			w.ep = w.host.Endpoint(ctx.Context, Client{ID: id, Transport: "session"})
+	case *workerRemoved:
+		w.removed = true
+		w.publishNotice(ctx, noticeRemoved)
+		for key := range w.clients {
+			w.detach(ctx, key)
 		}
-	case *actor.SessionEnded:
-		if m.Session == w.session {
-			w.endSession()
+		ctx.Host().Deactivate(ctx.Self().ID)
+	case *nodeGone:
+		for key := range w.clients {
+			if strings.HasPrefix(key, m.lifecycle+"/") {
+				w.detach(ctx, key)
+			}
 		}
-	case *actor.SessionPacket:
-		w.packet(ctx, m)
 	case *callDone:
-		if m.err != nil {
-			_ = m.pending.ReplyError(wireError(m.err))
-			return
+		if _, ok := w.pending[m.wp]; !ok {
+			return // answered already (the worker is stopping)
 		}
-		_ = m.pending.Reply([]byte(m.raw))
+		delete(w.pending, m.wp)
+		_ = m.wp.p.Reply(answerOf(m.raw, m.err))
 	}
 }
 
 func (w *worker) start(ctx *actor.Context) {
+	w.self = ctx.Self()
+	w.clients = map[string]*workerClient{}
+	w.pending = map[*workerPending]struct{}{}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	// Unguessable: only the servers of attached presentations learn it.
+	w.topic = "svc:" + hex.EncodeToString(b[:])
 	ho := w.opts.HostOptions
 	ho.Name = ctx.Self().ID
 	if ho.Logger == nil {
@@ -98,82 +150,133 @@ func (w *worker) start(ctx *actor.Context) {
 	if w.err != nil {
 		ho.Logger.Error("services: session worker failed to assemble", "worker", ctx.Self().ID, "err", w.err)
 	}
+	post := ctx.Poster()
+	w.unsub = ctx.Host().Node().Membership().Subscribe(func(ev mesh.MemberEvent) {
+		if ev.Type != mesh.EventJoined {
+			post(&nodeGone{lifecycle: lifecycleOf(ev.Member.ID)})
+		}
+	})
 }
 
-func (w *worker) endSession() {
-	if w.ep != nil {
-		w.ep.Close() // cancels that presentation's calls, nothing else
+// lifecycleOf names a node lifecycle as attachment keys begin with it.
+func lifecycleOf(id mesh.NodeID) string {
+	return id.RID + "#" + strconv.FormatUint(id.Generation, 10)
+}
+
+func (w *worker) stopping(ctx *actor.Context) {
+	if w.unsub != nil {
+		w.unsub()
 	}
-	w.ep, w.session = nil, actor.SessionID{}
+	if !w.removed {
+		// Its presentations' servers attach them again (to a new activation).
+		w.publishNotice(ctx, noticeStopped)
+	}
+	for wp := range w.pending {
+		_ = wp.p.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker stopped while the call ran"})
+	}
+	w.pending = nil
+	for key := range w.clients {
+		w.detach(ctx, key)
+	}
+	if w.host != nil {
+		_ = w.host.Close(context.WithoutCancel(ctx.Context))
+	}
+	if w.server != nil {
+		w.server.Close()
+	}
 }
 
-func (w *worker) packet(ctx *actor.Context, p *actor.SessionPacket) {
-	switch p.Name {
-	case NameCatalogue:
-		if p.Request {
-			if w.host == nil {
-				_ = ctx.ReplyError(&Error{Code: CodeSessionUnavailable, Message: "the session worker failed to start"})
-				return
-			}
-			_ = ctx.Reply(w.host.Catalogue())
-		}
-	case NameCall:
-		if !p.Request {
-			return
-		}
-		ep := w.ep
-		switch {
-		case w.host == nil:
-			_ = ctx.ReplyError(&Error{Code: CodeSessionUnavailable, Message: "the session worker failed to start"})
-			return
-		case ep == nil || p.Session != w.session:
-			_ = ctx.ReplyError(&Error{Code: CodeStaleGeneration, Message: "the frame belongs to a previous attachment"})
-			return
-		}
-		call, rid, err := callFromMetadata(p.Metadata.Get, p.Payload, p.Codec)
-		if err != nil {
-			_ = ctx.ReplyError(err)
-			return
-		}
-		// A call that completes while Serve runs (a Func of an idle service runs on this
-		// goroutine) is answered in this turn; one that does not (a Task, a busy
-		// service) takes the request out of the turn and posts its result back.
-		var (
-			mu      sync.Mutex
-			inTurn  = true
-			now     *callDone
-			pending *actor.Pending
-		)
-		post := ctx.Poster()
-		ep.Serve(rid, call, func(raw json.RawMessage, err error) {
-			mu.Lock()
-			if inTurn {
-				now = &callDone{raw: raw, err: err}
-				mu.Unlock()
-				return
-			}
-			p := pending
-			mu.Unlock()
-			if p != nil {
-				post(&callDone{pending: p, raw: raw, err: err})
-			}
-		})
+func staleAttachment() *answer {
+	return &answer{Code: CodeStaleGeneration, Message: "the session worker does not know this attachment (it was replaced or detached)"}
+}
+
+func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
+	switch {
+	case w.host == nil:
+		_ = ctx.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker failed to start"})
+		return
+	case w.removed:
+		_ = ctx.Reply(&answer{Code: CodeUnknownSession, Message: "the session was removed"})
+		return
+	case w.clients[m.Client] == nil && len(w.clients) >= MaxClientsPerWorker:
+		_ = ctx.Reply(&answer{Code: CodeUnavailable, Message: "the session worker serves as many presentations as it may"})
+		return
+	}
+	if w.clients[m.Client] == nil {
+		c := Client{ID: m.Presenter, Transport: m.Transport, Attachment: m.Attachment}
+		w.clients[m.Client] = &workerClient{key: m.Client, client: c, ep: w.host.Endpoint(ctx.Context, c)}
+		ctx.StayActive(true)
+		w.host.clientEvent(ctx.Context, c, true)
+	}
+	_ = ctx.Reply(&workerAttached{Topic: w.topic, Node: w.self.Node.RID, Incarnation: w.self.ObjectGeneration})
+}
+
+// detach ends an attachment: its calls are cancelled (only its own).
+func (w *worker) detach(ctx *actor.Context, key string) {
+	c := w.clients[key]
+	if c == nil {
+		return
+	}
+	delete(w.clients, key)
+	c.ep.Close()
+	ctx.StayActive(len(w.clients) > 0)
+	if w.host != nil {
+		w.host.clientEvent(ctx.Context, c.client, false)
+	}
+}
+
+func (w *worker) publishNotice(ctx *actor.Context, what string) {
+	b, err := encodePub(pubHeader{Kind: pubNotice, Incarnation: w.self.ObjectGeneration, Notice: what}, nil)
+	if err == nil {
+		_, err = ctx.Publish(w.topic, pubName, b, actor.WithCodec(wire.CodecRaw))
+	}
+	if err != nil && w.host != nil {
+		w.host.log.Debug("services: a worker notice was not published", "notice", what, "err", err)
+	}
+}
+
+func (w *worker) call(ctx *actor.Context, m *workerCall) {
+	c := w.clients[m.Client]
+	switch {
+	case w.host == nil:
+		_ = ctx.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker failed to start"})
+		return
+	case c == nil:
+		_ = ctx.Reply(staleAttachment())
+		return
+	}
+	// A call that completes while Serve runs (a Func of an idle service runs on this
+	// goroutine) is answered in this turn; one that does not (a Task, a busy service)
+	// takes the request out of the turn and posts its result back.
+	var (
+		mu     sync.Mutex
+		inTurn = true
+		now    *callDone
+		wp     *workerPending
+	)
+	post := ctx.Poster()
+	call := Call{Service: m.Svc, Member: m.Member, Args: m.Args, Trace: m.Trace}
+	c.ep.Serve(m.Rid, call, func(raw json.RawMessage, err error) {
 		mu.Lock()
-		inTurn = false
-		if now == nil {
-			pending, _ = ctx.Later()
+		if inTurn {
+			now = &callDone{raw: raw, err: err}
+			mu.Unlock()
+			return
 		}
+		p := wp
 		mu.Unlock()
-		if now != nil {
-			if now.err != nil {
-				_ = ctx.ReplyError(wireError(now.err))
-				return
-			}
-			_ = ctx.Reply([]byte(now.raw))
+		post(&callDone{wp: p, raw: raw, err: err})
+	})
+	mu.Lock()
+	inTurn = false
+	if now == nil {
+		if p, err := ctx.Later(); err == nil {
+			wp = &workerPending{p: p}
+			w.pending[wp] = struct{}{}
 		}
-	case NameCancel:
-		if rid, ok := p.Metadata.Get(MetaRequest); ok && w.ep != nil && p.Session == w.session {
-			w.ep.Cancel(rid)
-		}
+	}
+	mu.Unlock()
+	if now != nil {
+		_ = ctx.Reply(answerOf(now.raw, now.err))
 	}
 }
