@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/mesh"
+	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/topic"
 )
 
@@ -144,13 +147,13 @@ type Attacher struct {
 
 	stop        chan struct{}
 	wg          sync.WaitGroup // routed calls and re-attaches in flight
-	unsubscribe func()
+	unwatch     func() // membership
 
 	stats attacherCounters
 }
 
 type attacherCounters struct {
-	routed, reattaches, staleNotices atomic.Int64
+	routed, reattaches, staleNotices, dropped atomic.Int64
 }
 
 // AttacherStats are an Attacher's figures.
@@ -161,6 +164,8 @@ type AttacherStats struct {
 	Routed        int64 // session-scoped calls routed to workers
 	Reattaches    int64 // routes attached again after they broke
 	StaleNotices  int64 // publications of a worker incarnation no presentation here is attached to
+	Dropped       int64 // session subscriptions dropped because their presentation fell behind
+	Subscriptions int   // session subscriptions the presentations hold
 }
 
 // presentation is one presenter's selection and route.
@@ -174,6 +179,9 @@ type presentation struct {
 	state       string
 	closed      bool
 	reattaching bool
+	// subs are the session-scoped subscriptions made on the current route: what of
+	// its worker's publications the presentation gets.
+	subs map[subAddr]struct{}
 
 	inflight atomic.Int64
 }
@@ -215,7 +223,7 @@ func NewAttacher(opts AttacherOptions) *Attacher {
 		self: self.RID + "#" + strconv.FormatUint(self.Generation, 10), rid: self.RID,
 		pres: map[*presenter]*presentation{}, wtopics: map[string]*workerTopic{}, stop: make(chan struct{}),
 	}
-	a.unsubscribe = opts.Actors.Node().Membership().Subscribe(a.onMember)
+	a.unwatch = opts.Actors.Node().Membership().Subscribe(a.onMember)
 	return a
 }
 
@@ -248,7 +256,7 @@ func (a *Attacher) Stop() {
 	}
 	a.mu.Unlock()
 	close(a.stop)
-	a.unsubscribe()
+	a.unwatch()
 	for _, s := range subs {
 		s.Close()
 	}
@@ -266,9 +274,11 @@ func (a *Attacher) Stats() AttacherStats {
 		if ps.route != nil {
 			st.Attached++
 		}
+		st.Subscriptions += len(ps.subs)
 	}
 	a.mu.Unlock()
 	st.Routed, st.Reattaches, st.StaleNotices = a.stats.routed.Load(), a.stats.reattaches.Load(), a.stats.staleNotices.Load()
+	st.Dropped = a.stats.dropped.Load()
 	return st
 }
 
@@ -297,7 +307,7 @@ func (a *Attacher) gone(ps *presentation) {
 	a.mu.Lock()
 	ps.closed = true
 	r := ps.route
-	ps.route, ps.session = nil, ""
+	ps.route, ps.session, ps.subs = nil, "", nil
 	delete(a.pres, ps.p)
 	a.mu.Unlock()
 	if r != nil {
@@ -421,7 +431,7 @@ func (a *Attacher) attach(ctx context.Context, in AttachArgs) (Attachment, error
 	// The previous selection's calls, subscriptions and references end with its route.
 	a.mu.Lock()
 	old := ps.route
-	ps.route, ps.session = nil, session
+	ps.route, ps.session, ps.subs = nil, session, nil
 	a.mu.Unlock()
 	if old != nil {
 		a.release(ps, old)
@@ -452,7 +462,7 @@ func (a *Attacher) detach(ctx context.Context, _ struct{}) (struct{}, error) {
 	defer ps.op.Unlock()
 	a.mu.Lock()
 	r, session := ps.route, ps.session
-	ps.route, ps.session, ps.state = nil, "", AttachmentDetached
+	ps.route, ps.session, ps.state, ps.subs = nil, "", AttachmentDetached, nil
 	a.mu.Unlock()
 	if session == "" {
 		return struct{}{}, &Error{Code: CodeNotAttached, Message: "no session is attached"}
@@ -505,7 +515,7 @@ func (a *Attacher) connect(ctx context.Context, ps *presentation, session string
 		a.detachAsync(r)
 		return nil, &Error{Code: CodeDisconnected, Message: "the presentation went away while attaching"}
 	}
-	ps.route, ps.state = r, AttachmentAttached
+	ps.route, ps.state, ps.subs = r, AttachmentAttached, nil
 	a.mu.Unlock()
 	a.push(ps, AttachmentAttached, session, r, nil)
 	return r, nil
@@ -604,8 +614,11 @@ type attachmentNotice struct {
 	Session    string `json:"session,omitempty"`
 	Attachment string `json:"attachment,omitempty"`
 	Node       string `json:"node,omitempty"`
-	Code       string `json:"code,omitempty"`
-	Message    string `json:"message,omitempty"`
+	// Incarnation is the worker's (a replacement has another): the session's frames
+	// carry it, and frames of another are not the current route's.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	Code        string `json:"code,omitempty"`
+	Message     string `json:"message,omitempty"`
 }
 
 // push tells the presentation its attachment state (best effort: a connection that
@@ -613,7 +626,7 @@ type attachmentNotice struct {
 func (a *Attacher) push(ps *presentation, state, session string, r *route, err error) {
 	n := attachmentNotice{State: state, Session: session}
 	if r != nil {
-		n.Attachment, n.Node = r.attachment, r.node
+		n.Attachment, n.Node, n.Incarnation = r.attachment, r.node, r.inc
 	}
 	if err != nil {
 		we := wireError(err)
@@ -697,7 +710,7 @@ func (a *Attacher) broken(ps *presentation, r *route, why string) {
 		a.mu.Unlock()
 		return
 	}
-	ps.route, ps.state = nil, AttachmentDegraded
+	ps.route, ps.state, ps.subs = nil, AttachmentDegraded, nil
 	start := !ps.reattaching
 	ps.reattaching = true
 	session := ps.session
@@ -768,29 +781,185 @@ func (a *Attacher) receive(wt *workerTopic, d topic.Delivery) bool {
 	if d.Message.Name != pubName {
 		return false
 	}
-	h, _, err := decodePub(d.Message.Payload)
+	h, value, err := decodePub(d.Message.Payload)
 	if err != nil {
 		a.rl.Log(a.log, slog.LevelWarn, "bad_publication", "services: a worker topic carried a publication that does not decode", "topic", wt.name, "err", err)
 		return false
 	}
 	list := *wt.pres.Load()
-	took := false
+	if h.Kind == pubNotice {
+		took := false
+		for _, ps := range list {
+			a.mu.Lock()
+			r := ps.route
+			a.mu.Unlock()
+			if r != nil && r.topic == wt.name && r.inc == h.Incarnation {
+				took = true
+				a.notice(ps, r, h.Notice)
+			}
+		}
+		if !took {
+			a.stats.staleNotices.Add(1)
+		}
+		return took
+	}
+	addr, dv := h.delivery(value)
+	f := dv.toFrame(addr, ScopeSession, h.Incarnation)
+	var (
+		encoded session.Frame
+		encErr  error
+		once    bool
+		behind  []*presentation
+		sent    int
+	)
 	for _, ps := range list {
 		a.mu.Lock()
 		r := ps.route
+		_, subscribed := ps.subs[addr]
 		a.mu.Unlock()
-		if r == nil || r.topic != wt.name || r.inc != h.Incarnation {
+		if r == nil || r.topic != wt.name || r.inc != h.Incarnation || !subscribed {
 			continue
 		}
-		took = true
-		if h.Kind == pubNotice {
-			a.notice(ps, r, h.Notice)
+		var err error
+		if ps.p.sendFrame != nil {
+			if !once {
+				once = true
+				encoded, encErr = session.EncodeSend(f.name, wire.CodecJSON, f.payload, f.md)
+			}
+			if encErr != nil {
+				a.rl.Log(a.log, slog.LevelWarn, "bad_publication", "services: a worker publication does not make a STREAM frame", "member", addr.String(), "err", encErr)
+				return false
+			}
+			err = ps.p.sendFrame(encoded)
+		} else {
+			err = ps.p.push(f)
+		}
+		switch {
+		case err == nil:
+			sent++
+		case errors.Is(err, session.ErrBehind):
+			behind = append(behind, ps)
+		}
+		if dv.op == opClosed {
+			a.mu.Lock()
+			delete(ps.subs, addr)
+			a.mu.Unlock()
 		}
 	}
-	if !took {
-		a.stats.staleNotices.Add(1)
+	for _, ps := range behind {
+		a.dropSubs(ps)
 	}
-	return took
+	return sent > 0
+}
+
+// dropSubs drops every session subscription of a presentation whose connection fell
+// behind: it is told (flow_control, in the room a socket keeps for what cannot wait)
+// and subscribes again once it has caught up; its worker stops publishing for it.
+func (a *Attacher) dropSubs(ps *presentation) {
+	a.mu.Lock()
+	r, subs := ps.route, ps.subs
+	ps.subs = nil
+	a.mu.Unlock()
+	if r == nil || len(subs) == 0 {
+		return
+	}
+	why := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the presentation fell behind and its subscriptions were dropped; subscribe again"}}
+	for addr := range subs {
+		a.stats.dropped.Add(1)
+		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
+		a.unsubscribeAsync(r, addr)
+	}
+	a.rl.Log(a.log, slog.LevelWarn, "presentation_dropped", "services: a presentation fell behind; its session subscriptions were dropped",
+		"presentation", ps.p.id, "subscriptions", len(subs))
+}
+
+// subscribe subscribes p's presentation to a member of its worker's: the snapshot it
+// starts from is the answer; from then on what the worker publishes of it is passed on.
+func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (json.RawMessage, error) {
+	ps, err := a.state(p)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	r, err := a.current(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	if ps.route != r {
+		a.mu.Unlock()
+		return nil, &Error{Code: CodeStaleGeneration, Message: "the route changed while subscribing"}
+	}
+	if ps.subs == nil {
+		ps.subs = map[subAddr]struct{}{}
+	}
+	if _, ok := ps.subs[addr]; !ok && len(ps.subs) >= MaxSubscriptionsPerClient {
+		a.mu.Unlock()
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("this presentation holds %d session subscriptions (the bound)", MaxSubscriptionsPerClient)}
+	}
+	// Passed on from now: what the worker publishes after its snapshot reaches us.
+	ps.subs[addr] = struct{}{}
+	a.mu.Unlock()
+	v, err := a.actors.Request(ctx, r.worker, &workerSubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Member: addr.member})
+	var ans *answer
+	if err == nil {
+		var ok bool
+		if ans, ok = v.(*answer); !ok {
+			err = &Error{Code: CodeInternal, Message: fmt.Sprintf("the session worker answered %T", v)}
+		} else {
+			err = ans.err()
+		}
+	}
+	if err != nil {
+		a.mu.Lock()
+		if ps.route == r {
+			delete(ps.subs, addr)
+		}
+		a.mu.Unlock()
+		if routeBroken(err) {
+			a.broken(ps, r, err.Error())
+		}
+		if errors.Is(err, ErrStaleGeneration) && !strings.Contains(err.Error(), "instance") {
+			a.broken(ps, r, "the worker does not know the attachment")
+		}
+		return nil, workerError(err)
+	}
+	return json.RawMessage(ans.Raw), nil
+}
+
+// subscribeAsync is subscribe answered to done from a goroutine of the Attacher's.
+func (a *Attacher) subscribeAsync(p *presenter, addr subAddr, done func(json.RawMessage, error)) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		done(a.subscribe(p.ctx, p, addr))
+	}()
+}
+
+// unsubscribe ends p's session subscription to addr.
+func (a *Attacher) unsubscribe(p *presenter, addr subAddr) {
+	a.mu.Lock()
+	ps := a.pres[p]
+	var r *route
+	if ps != nil {
+		r = ps.route
+		delete(ps.subs, addr)
+	}
+	a.mu.Unlock()
+	if r != nil {
+		a.unsubscribeAsync(r, addr)
+	}
+}
+
+func (a *Attacher) unsubscribeAsync(r *route, addr subAddr) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Member: addr.member})
+	}()
 }
 
 // notice handles what a worker says about itself.
@@ -804,7 +973,7 @@ func (a *Attacher) notice(ps *presentation, r *route, what string) {
 			a.mu.Unlock()
 			return
 		}
-		ps.route, ps.session, ps.state = nil, "", AttachmentDetached
+		ps.route, ps.session, ps.state, ps.subs = nil, "", AttachmentDetached, nil
 		a.mu.Unlock()
 		a.release(ps, r)
 		a.push(ps, AttachmentDetached, "", nil, &Error{Code: CodeUnknownSession, Message: "the session " + r.session + " was removed"})

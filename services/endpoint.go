@@ -106,14 +106,24 @@ type Endpoint struct {
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc
+	subs     map[subAddr]func() // the client's subscriptions: their stops
 	closed   bool
+
+	// notify pushes a control frame to the client (a subscription dropped); nil: none.
+	notify func(frame) error
+	// shared, on a session worker, watches published members for all its clients.
+	shared *publisher
 }
 
 // Endpoint opens the serving side of a client's connection; ctx is the connection's
-// lifetime (its end cancels the client's calls, as Close does).
+// lifetime (its end cancels the client's calls and ends its subscriptions, as Close
+// does).
 func (h *Host) Endpoint(ctx context.Context, client Client) *Endpoint {
 	ctx, stop := context.WithCancel(ctx)
-	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}}
+	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}, subs: map[subAddr]func(){}}
+	if p, ok := presenterOf(ctx); ok {
+		e.notify = p.push
+	}
 	context.AfterFunc(ctx, e.Close) // the connection's end (or Close) closes the endpoint
 	return e
 }
@@ -236,7 +246,8 @@ func (e *Endpoint) Inflight() int {
 }
 
 // Close ends the connection: every call of the client still in flight is cancelled
-// (only the calls: work a service owns is not this connection's to cancel).
+// and its subscriptions end (only those: work a service owns is not this connection's
+// to cancel).
 func (e *Endpoint) Close() {
 	e.mu.Lock()
 	if e.closed {
@@ -246,6 +257,7 @@ func (e *Endpoint) Close() {
 	e.closed = true
 	e.mu.Unlock()
 	e.stop()
+	e.closeSubs()
 }
 
 // Loopback is an in-process Connection to a provider host, with no sockets: the same
@@ -253,10 +265,13 @@ func (e *Endpoint) Close() {
 // node's server host it is also a presentation: Session reaches the worker of the
 // session it attaches to, as a STREAM client's session scope does.
 type Loopback struct {
-	ep  *Endpoint
-	h   *Host
-	seq atomic.Uint64
-	pr  *presenter
+	h      *Host
+	client Client
+	seq    atomic.Uint64
+	pr     *presenter
+	subs   *clientSubs
+	epMu   sync.Mutex
+	ep     *Endpoint // the current connection (Reconnect makes another)
 
 	stop   context.CancelFunc
 	hookMu sync.Mutex
@@ -270,15 +285,94 @@ func NewLoopback(provider *Host, client Client) *Loopback {
 	if client.Transport == "" {
 		client.Transport = "loopback"
 	}
-	l := &Loopback{h: provider, stop: stop}
+	l := &Loopback{h: provider, client: client, stop: stop}
 	l.pr = &presenter{id: client.ID, transport: client.Transport, key: nextLoopbackKey(), ctx: ctx,
 		push: l.receive, onClose: l.onClose}
+	l.subs = newClientSubs(loopbackTransport{l}, true)
 	l.ep = provider.Endpoint(context.WithValue(ctx, presenterKey{}, l.pr), client)
 	return l
 }
 
-// receive takes a frame the provider pushes to this connection.
-func (l *Loopback) receive(frame) error { return nil }
+func (l *Loopback) endpoint() *Endpoint {
+	l.epMu.Lock()
+	defer l.epMu.Unlock()
+	return l.ep
+}
+
+// Disconnect drops the connection as a network failure would: the provider cancels
+// this client's calls in flight and ends its subscriptions, whose replicas keep their
+// values as stale display data; calls fail disconnected until Reconnect. A
+// presentation's attachment is the server's and stays.
+func (l *Loopback) Disconnect() {
+	l.epMu.Lock()
+	ep := l.ep
+	l.epMu.Unlock()
+	l.subs.setOnline(false)
+	ep.Close()
+}
+
+// Reconnect connects again to the same provider, as the same client: the
+// subscriptions hydrate again, a fresh snapshot replacing each stale value.
+func (l *Loopback) Reconnect() {
+	l.epMu.Lock()
+	if l.ep.ctx.Err() == nil {
+		l.epMu.Unlock()
+		return
+	}
+	l.ep = l.h.Endpoint(context.WithValue(l.pr.ctx, presenterKey{}, l.pr), l.client)
+	l.epMu.Unlock()
+	l.subs.setOnline(true)
+}
+
+func (l *Loopback) subscriptions() (*clientSubs, bool) { return l.subs, false }
+
+// receive takes a frame the provider pushes to this connection (in process: it never
+// waits, the replicas queue their listeners' calls).
+func (l *Loopback) receive(f frame) error {
+	if f.name == NameAttachment {
+		var n attachmentNotice
+		if json.Unmarshal(f.payload, &n) == nil {
+			l.subs.setAttachment(n)
+		}
+		return nil
+	}
+	in, err := inboundFrom(f.name, f.md.Get, f.payload)
+	if err != nil {
+		l.subs.stale.Add(1)
+		return nil
+	}
+	l.subs.onInbound(in)
+	return nil
+}
+
+// loopbackTransport subscribes in process: the server scope at the provider's
+// endpoint, the session scope through the provider's Attacher.
+type loopbackTransport struct{ l *Loopback }
+
+func (t loopbackTransport) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+	if session {
+		att := t.l.h.attacher()
+		if att == nil {
+			return nil, &Error{Code: CodeNotAttached, Message: "the provider has no session workers"}
+		}
+		return att.subscribe(ctx, t.l.pr, a)
+	}
+	subs := t.l.subs
+	return t.l.endpoint().subscribe(a, func(d *delivery) bool {
+		subs.onInbound(inbound{addr: a, op: d.op, seq: d.seq, raw: d.raw, trace: d.trace, err: d.err})
+		return true
+	})
+}
+
+func (t loopbackTransport) unsubscribeReq(session bool, a subAddr) {
+	if session {
+		if att := t.l.h.attacher(); att != nil {
+			att.unsubscribe(t.l.pr, a)
+		}
+		return
+	}
+	t.l.endpoint().unsubscribe(a)
+}
 
 func (l *Loopback) onClose(fn func()) {
 	l.hookMu.Lock()
@@ -302,12 +396,13 @@ func (l *Loopback) Call(ctx context.Context, call Call) (json.RawMessage, error)
 		err error
 	}
 	done := make(chan result, 1)
-	l.ep.Serve(rid, call, func(raw json.RawMessage, err error) { done <- result{raw, err} })
+	ep := l.endpoint()
+	ep.Serve(rid, call, func(raw json.RawMessage, err error) { done <- result{raw, err} })
 	select {
 	case r := <-done:
 		return r.raw, r.err
 	case <-ctx.Done():
-		l.ep.Cancel(rid)
+		ep.Cancel(rid)
 		return nil, cancelled(ctx)
 	}
 }
@@ -321,6 +416,8 @@ func (l *Loopback) Session() Connection { return loopbackSession{l} }
 type loopbackSession struct{ l *Loopback }
 
 func (s loopbackSession) provisional() bool { return true }
+
+func (s loopbackSession) subscriptions() (*clientSubs, bool) { return s.l.subs, true }
 
 func (s loopbackSession) Catalogue(ctx context.Context) (Catalogue, error) {
 	var cat Catalogue
@@ -371,9 +468,11 @@ func (l *Loopback) Close() {
 	hooks := l.hooks
 	l.hooks = nil
 	l.hookMu.Unlock()
-	l.ep.Close()
+	l.subs.setOnline(false)
+	l.endpoint().Close()
 	l.stop()
 	for _, fn := range hooks {
 		fn()
 	}
+	l.subs.close()
 }

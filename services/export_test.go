@@ -34,3 +34,9 @@ func RouteCallAs(ctx context.Context, actors *actor.Host, kind, session, client,
 	}
 	return v.(*answer).err()
 }
+
+// SubscriptionsOf returns how many subscriptions the clients of h hold.
+func SubscriptionsOf(h *Host) int { return int(h.stats.subscriptions.Load()) }
+
+// SubscriptionsDropped returns how many subscriptions h dropped for flow control.
+func SubscriptionsDropped(h *Host) int64 { return h.stats.dropCount.Load() }

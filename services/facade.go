@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -64,15 +65,42 @@ func (f *facade) bindLocal(s *service) {
 	f.local.Store(s)
 	f.remote.Store(nil)
 	f.st.Store(uint32(stateBound))
+	for name, m := range f.members {
+		if m.replica != nil {
+			if sl := s.slot(name); sl != nil {
+				m.replica.bind(slotSource{sl})
+			} else {
+				m.replica.bind(nil)
+			}
+		}
+	}
 }
 
 func (f *facade) bindRemote(c Connection) {
 	f.remote.Store(&connBox{c})
 	f.local.Store(nil)
 	f.st.Store(uint32(stateBound))
+	sub, _ := c.(subscriber)
+	for name, m := range f.members {
+		if m.replica == nil {
+			continue
+		}
+		if sub == nil {
+			m.replica.bind(nil) // a connection that does not carry subscriptions
+			continue
+		}
+		m.replica.bind(remoteSource{sub: sub, addr: subAddr{svc: f.id, member: name}, kind: m.kind})
+	}
 }
 
-func (f *facade) unbind() { f.st.Store(uint32(stateUnavailable)) }
+func (f *facade) unbind() {
+	f.st.Store(uint32(stateUnavailable))
+	for _, m := range f.members {
+		if m.replica != nil {
+			m.replica.bind(nil)
+		}
+	}
+}
 
 // checkMembers validates the facade's members against the kinds a provider announced.
 func (f *facade) checkMembers(e CatalogueEntry) error {
@@ -145,8 +173,10 @@ func cancelled(ctx context.Context) *Error {
 	return &Error{Code: CodeCancelled, Message: ctx.Err().Error()}
 }
 
+// errorCode returns err's service code (internal for an error of no code).
 func errorCode(err error) string {
-	if e, ok := err.(*Error); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		return e.Code
 	}
 	return CodeInternal

@@ -16,6 +16,7 @@ import (
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -199,6 +200,10 @@ func connectStreamAs(t *testing.T, p *services.Host) (services.Connection, func(
 		// whoami answers the identity the server authenticated the session as.
 		mux := session.NewMux("svc").Request("whoami", func(_ context.Context, pk *session.Packet) error {
 			return pk.ReplyValue(map[string]string{"id": pk.Peer.Node() + "/" + strconv.FormatUint(uint64(pk.Peer.RoutingID()), 10)})
+		}).Request("bye", func(_ context.Context, pk *session.Packet) error {
+			// The server drops the connection (a drain): the client reconnects.
+			_ = pk.ReplyValue(map[string]string{})
+			return pk.Peer.Close(wire.CloseServerDrain, "bye")
 		})
 		h.AddStreamNode("svc").Bind("tcp://127.0.0.1:0").Session(srv.Routes(mux).Type())
 		if err := h.Start(context.Background()); err != nil {

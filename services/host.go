@@ -62,6 +62,8 @@ type Host struct {
 	order    []*Env // activation order
 	gen      uint64
 	att      *Attacher // routes session scope for loopback presentations (the node's server host)
+
+	deliveries sync.WaitGroup // replicas' listener goroutines running
 }
 
 type hostPhase uint8
@@ -155,6 +157,7 @@ func (h *Host) provide(env *Env, id string, rpc bool, mode Mode, tab *memberTabl
 		env.err = fmt.Errorf("%w: facet %q provides %q twice", ErrAssembly, env.facet, id)
 	}
 	svc := &service{host: h, id: id, rpc: rpc, mode: mode, owner: env, pending: tab}
+	svc.makeSlots()
 	env.provides[id] = svc
 	return svc
 }
@@ -466,7 +469,7 @@ func (h *Host) Reload(ctx context.Context, f Facet) error {
 	h.mu.Lock()
 	for id, svc := range next.provides {
 		cur := h.services[id]
-		cur.replace(svc.pending)
+		cur.replace(cur.pending, svc.pending)
 		cur.owner, cur.pending = next, svc.pending
 		next.provides[id] = cur
 	}

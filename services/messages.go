@@ -50,6 +50,20 @@ type workerCancel struct {
 	Rid    string
 }
 
+// workerSubscribe subscribes Client's presentation to a member of the worker's: the
+// answer is the snapshot it starts from (JSON snapshotReply); the worker publishes the
+// member from then on, while any presentation subscribes to it.
+type workerSubscribe struct {
+	Client string
+	Svc    string
+	Key    string
+	Gen    uint64
+	Member string
+}
+
+// workerUnsubscribe ends such a subscription (one-way).
+type workerUnsubscribe workerSubscribe
+
 // workerCatalogue asks a worker for its catalogue.
 type workerCatalogue struct{ Client string }
 
@@ -110,6 +124,8 @@ func MessageTypes() []actor.MessageType {
 		actor.MessageOf[workerCall]("meshnode.svc.call"),
 		actor.MessageOf[workerCancel]("meshnode.svc.cancel"),
 		actor.MessageOf[workerCatalogue]("meshnode.svc.catalogue"),
+		actor.MessageOf[workerSubscribe]("meshnode.svc.subscribe"),
+		actor.MessageOf[workerUnsubscribe]("meshnode.svc.unsubscribe"),
 		actor.MessageOf[workerStart]("meshnode.svc.start"),
 		actor.MessageOf[workerRemoved]("meshnode.svc.removed"),
 		actor.MessageOf[answer]("meshnode.svc.answer"),

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -46,6 +47,10 @@ type presenter struct {
 	key  string
 	ctx  context.Context // ends when the connection ends
 	push func(f frame) error
+	// sendFrame, for a STREAM session, writes a frame encoded once for many (a
+	// worker's publication) in the room below the socket's soft limit: at the limit
+	// it fails with session.ErrBehind.
+	sendFrame func(session.Frame) error
 	// onClose registers fn to run once the connection ended.
 	onClose func(fn func())
 }

@@ -21,7 +21,12 @@ const pubName = "$svc.pub"
 
 // Kinds of publication.
 const (
-	pubNotice = "n" // about the worker itself: Notice says what
+	pubNotice  = "n" // about the worker itself: Notice says what
+	pubUpdate  = "u" // a state's next value
+	pubReplace = "r" // a state's complete replacement
+	pubEvent   = "e" // an event
+	pubClosed  = "c" // a member closed (its instance closed): Code, Message
+	pubResync  = "s" // a value too large for the topic: its subscribers take a snapshot
 )
 
 // Notices a worker publishes about itself.
@@ -35,6 +40,60 @@ type pubHeader struct {
 	Kind        string `json:"k"`
 	Incarnation uint64 `json:"i"`
 	Notice      string `json:"n,omitempty"`
+	Svc         string `json:"s,omitempty"`
+	Key         string `json:"y,omitempty"`
+	Gen         uint64 `json:"g,omitempty"`
+	Member      string `json:"m,omitempty"`
+	Seq         uint64 `json:"q,omitempty"`
+	TP          string `json:"tp,omitempty"`
+	TS          string `json:"ts,omitempty"`
+	Code        string `json:"c,omitempty"`
+	Message     string `json:"x,omitempty"`
+}
+
+// pubOf returns the header of a member's delivery published by worker incarnation inc.
+func pubOf(a subAddr, d *delivery, inc uint64) pubHeader {
+	h := pubHeader{Incarnation: inc, Svc: a.svc, Key: a.key, Gen: a.gen, Member: a.member, Seq: d.seq,
+		TP: d.trace["traceparent"], TS: d.trace["tracestate"]}
+	switch d.op {
+	case opUpdate:
+		h.Kind = pubUpdate
+	case opReplace:
+		h.Kind = pubReplace
+	case opEvent:
+		h.Kind = pubEvent
+	case opClosed:
+		h.Kind = pubClosed
+		if d.err != nil {
+			h.Code, h.Message = d.err.Code, d.err.Message
+		}
+	}
+	return h
+}
+
+// delivery returns what a publication delivers to a subscriber of its member.
+func (h pubHeader) delivery(value []byte) (subAddr, *delivery) {
+	a := subAddr{svc: h.Svc, key: h.Key, gen: h.Gen, member: h.Member}
+	d := &delivery{seq: h.Seq, raw: value}
+	if h.TP != "" {
+		d.trace = map[string]string{"traceparent": h.TP}
+		if h.TS != "" {
+			d.trace["tracestate"] = h.TS
+		}
+	}
+	switch h.Kind {
+	case pubUpdate:
+		d.op = opUpdate
+	case pubReplace:
+		d.op = opReplace
+	case pubEvent:
+		d.op = opEvent
+	case pubClosed:
+		d.op, d.err = opClosed, &Error{Code: h.Code, Message: h.Message}
+	case pubResync:
+		d.op, d.err = opClosed, &Error{Code: CodeFlowControl, Message: "a value over the fan-out limit: subscribe again for it"}
+	}
+	return a, d
 }
 
 // maxPubHeader bounds a header: a longer one is not a worker's.

@@ -128,7 +128,7 @@ func startSvcFleet(t *testing.T, n int, authorize services.Authorize) *svcFleet 
 			return node.ServeServices(mux).Type()
 		}
 		cfg.Services = func(node *meshnode.Node) []services.Facet { return []services.Facet{nodeInfoFacet(node)} }
-		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients)}, Authorize: authorize}
+		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0)}, Authorize: authorize}
 	}})
 	t.Cleanup(func() { closeOnce(f.hs.release) })
 	return f
@@ -168,6 +168,7 @@ type presentation struct {
 	info       *sampleapp.NodeInfo
 	mgmt       *services.SessionManagement
 	counter    *Counter
+	board      *Board
 	stream     *connector.Connector // nil over loopback
 	disconnect func()
 }
@@ -177,7 +178,7 @@ var presentationTransports = []string{"stream", "loopback"}
 
 var loopbackIDs sync.Map
 
-func (f *svcFleet) present(t *testing.T, node int, tr string) *presentation {
+func (f *svcFleet) present(t *testing.T, node int, tr string, setup ...func(p *presentation)) *presentation {
 	t.Helper()
 	p := &presentation{}
 	switch tr {
@@ -203,6 +204,10 @@ func (f *svcFleet) present(t *testing.T, node int, tr string) *presentation {
 		p.info = services.Use(env, sampleapp.NodeInfoToken)
 		p.mgmt = services.Use(env, services.SessionManagementToken)
 		p.counter = services.Use(env, CounterToken)
+		p.board = services.Use(env, BoardToken)
+		for _, fn := range setup {
+			fn(p)
+		}
 	}})
 	return p
 }

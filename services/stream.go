@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
@@ -111,7 +112,63 @@ func (s *StreamServer) toSession(ctx context.Context, p *session.Packet) (bool, 
 
 // Routes adds the service packets to m.
 func (s *StreamServer) Routes(m *session.Mux) *session.Mux {
-	return m.Request(NameCatalogue, s.catalogue).Request(NameCall, s.call).Send(NameCancel, s.cancel)
+	return m.Request(NameCatalogue, s.catalogue).Request(NameCall, s.call).Send(NameCancel, s.cancel).
+		Request(NameSubscribe, s.subscribe).Send(NameUnsubscribe, s.unsubscribe)
+}
+
+func (s *StreamServer) subscribe(_ context.Context, p *session.Packet) error {
+	a, err := subAddrFrom(p.Metadata.Get)
+	if err != nil {
+		s.h.stats.served(a.svc, a.member, s.clientID(p.Peer), wireError(err))
+		return replyError(p, err)
+	}
+	c := s.client(p.Peer)
+	answer := func(raw json.RawMessage, err error) {
+		if err != nil {
+			s.h.stats.served(a.svc, a.member, c.pr.id, wireError(err))
+			_ = replyError(p, err)
+			return
+		}
+		_ = p.Reply(wire.CodecJSON, raw)
+	}
+	if scope, _ := p.Metadata.Get(MetaScope); scope == ScopeSession {
+		if s.att == nil {
+			answer(nil, &Error{Code: CodeNotAttached, Message: "this server has no session workers"})
+			return nil
+		}
+		s.att.subscribeAsync(c.pr, a, answer)
+		return nil
+	}
+	peer := p.Peer
+	answer(c.ep.subscribe(a, func(d *delivery) bool {
+		f, err := d.streamFrame(a)
+		if err != nil {
+			return true // cannot be encoded for STREAM: nothing to send (logged by the writer)
+		}
+		return !errors.Is(peer.SendFrame(f), session.ErrBehind)
+	}))
+	return nil
+}
+
+func (s *StreamServer) unsubscribe(_ context.Context, p *session.Packet) error {
+	a, err := subAddrFrom(p.Metadata.Get)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	c := s.eps[p.Peer]
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	if scope, _ := p.Metadata.Get(MetaScope); scope == ScopeSession {
+		if s.att != nil {
+			s.att.unsubscribe(c.pr, a)
+		}
+		return nil
+	}
+	c.ep.unsubscribe(a)
+	return nil
 }
 
 // Sessions returns how many sessions have a service endpoint open.
@@ -138,6 +195,7 @@ func (s *StreamServer) client(p *session.Peer) *streamClient {
 		push: func(f frame) error {
 			return p.Send(context.Background(), f.name, wire.CodecJSON, f.payload, session.WithMetadata(f.md), session.NonBlocking())
 		},
+		sendFrame: p.SendFrame,
 		onClose: func(fn func()) { hookMu.Lock(); hooks = append(hooks, fn); hookMu.Unlock() },
 	}
 	ep := s.h.Endpoint(context.WithValue(p.Context(), presenterKey{}, pr), Client{ID: pr.id, Transport: p.Transport()})
@@ -245,15 +303,121 @@ func replyError(p *session.Packet, err error) error {
 }
 
 // StreamConnection is a Connection to the services of a meshnode over STREAM, through
-// a Go connector (connected by the caller, who also closes it).
+// a Go connector (connected by the caller, who also closes it). It carries
+// subscriptions too: state and events replicas of the hosts using it, hydrated again
+// when the connector reconnects (a fresh snapshot replaces what was kept as stale
+// display data meanwhile). After a reconnect it attaches again to the session it was
+// attached to (the server saw a new connection, with nothing selected).
 type StreamConnection struct {
-	c   *connector.Connector
-	seq atomic.Uint64
+	c    *connector.Connector
+	seq  atomic.Uint64
+	subs *clientSubs
+
+	mu      sync.Mutex
+	session string // the session to attach to again after a reconnect
+	up      bool
+	unwatch func()
 }
 
-// NewStreamConnection uses c for service calls.
+// NewStreamConnection uses c for service calls and subscriptions; it registers the
+// connector's handlers of the service layer's pushes.
 func NewStreamConnection(c *connector.Connector) *StreamConnection {
-	return &StreamConnection{c: c}
+	s := &StreamConnection{c: c, up: c.State() == connector.StateConnected}
+	s.subs = newClientSubs(streamTransport{s}, s.up)
+	for _, name := range []string{NameUpdate, NameEvent, NameClosed} {
+		c.Handle(name, s.onFrame)
+	}
+	c.Handle(NameAttachment, s.onAttachment)
+	s.unwatch = c.WatchState(s.onState)
+	return s
+}
+
+// Close ends the connection's subscriptions (their replicas keep their values, stale);
+// the connector stays the caller's.
+func (s *StreamConnection) Close() {
+	s.unwatch()
+	for _, name := range []string{NameUpdate, NameEvent, NameClosed, NameAttachment} {
+		s.c.Handle(name, nil)
+	}
+	s.subs.setOnline(false)
+	s.subs.close()
+}
+
+func (s *StreamConnection) subscriptions() (*clientSubs, bool) { return s.subs, false }
+
+func (s *StreamConnection) onFrame(m connector.Message) {
+	in, err := inboundFrom(m.Name, m.Metadata.Get, m.Payload)
+	if err != nil {
+		s.subs.stale.Add(1)
+		return
+	}
+	s.subs.onInbound(in)
+}
+
+func (s *StreamConnection) onAttachment(m connector.Message) {
+	var n attachmentNotice
+	if json.Unmarshal(m.Payload, &n) != nil {
+		return
+	}
+	s.mu.Lock()
+	if n.State == AttachmentDetached {
+		s.session = ""
+	} else {
+		s.session = n.Session
+	}
+	s.mu.Unlock()
+	s.subs.setAttachment(n)
+}
+
+func (s *StreamConnection) onState(st connector.State) {
+	up := st == connector.StateConnected
+	s.mu.Lock()
+	back := up && !s.up
+	s.up = up
+	session := s.session
+	s.mu.Unlock()
+	s.subs.setOnline(up)
+	if !back || session == "" {
+		return
+	}
+	// A new STREAM session: nothing is selected on the server. Attach again.
+	s.subs.wg.Add(1)
+	go func() {
+		defer s.subs.wg.Done()
+		ctx, cancel := context.WithTimeout(s.subs.ctx, connector.DefaultRequestTimeout)
+		defer cancel()
+		args, _ := json.Marshal(AttachArgs{Session: session})
+		_, _ = s.call(ctx, Call{Service: SessionManagementToken.ID(), Member: "attach", Args: args})
+	}()
+}
+
+// streamTransport subscribes over the STREAM connection.
+type streamTransport struct{ s *StreamConnection }
+
+func (t streamTransport) opts(session bool, a subAddr) []connector.CallOption {
+	md := a.metadata(nil)
+	opts := make([]connector.CallOption, 0, len(md)+1)
+	for _, e := range md {
+		opts = append(opts, connector.WithMetadata(e.Key, e.Value))
+	}
+	if session {
+		opts = append(opts, connector.WithMetadata(MetaScope, ScopeSession))
+	}
+	return opts
+}
+
+func (t streamTransport) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+	r, err := t.s.c.RequestRaw(ctx, NameSubscribe, wire.CodecJSON, nil, t.opts(session, a)...)
+	if err != nil {
+		return nil, fromConnector(ctx, err)
+	}
+	return json.RawMessage(r.Payload), nil
+}
+
+func (t streamTransport) unsubscribeReq(session bool, a subAddr) {
+	ctx, cancel := context.WithTimeout(t.s.subs.ctx, 5*time.Second)
+	defer cancel()
+	_ = t.s.c.Send(ctx, NameUnsubscribe, nil, t.opts(session, a)...)
 }
 
 // Session returns the connection to the session services of the worker this client
@@ -265,6 +429,8 @@ func (s *StreamConnection) Session() Connection { return sessionConnection{s} }
 type sessionConnection struct{ s *StreamConnection }
 
 func (sc sessionConnection) provisional() bool { return true }
+
+func (sc sessionConnection) subscriptions() (*clientSubs, bool) { return sc.s.subs, true }
 
 func (sc sessionConnection) Catalogue(ctx context.Context) (Catalogue, error) {
 	var cat Catalogue

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session/wire"
+	"github.com/meshnode/meshnode/topic"
 )
 
 // WorkerOptions configures the session workers of a kind.
@@ -53,7 +55,11 @@ type worker struct {
 	pending map[*workerPending]struct{}
 	removed bool
 	unsub   func()
+	pub     *publisher
 }
+
+// pubFlush asks the worker's turn to publish its publisher's queue.
+type pubFlush struct{}
 
 // workerClient is one attachment of a presentation.
 type workerClient struct {
@@ -95,6 +101,20 @@ func (w *worker) Receive(ctx *actor.Context) {
 		if c := w.clients[m.Client]; c != nil {
 			c.ep.Cancel(m.Rid)
 		}
+	case *workerSubscribe:
+		c := w.clients[m.Client]
+		if c == nil {
+			_ = ctx.Reply(staleAttachment())
+			return
+		}
+		raw, err := c.ep.subscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, member: m.Member}, nil)
+		_ = ctx.Reply(answerOf(raw, err))
+	case *workerUnsubscribe:
+		if c := w.clients[m.Client]; c != nil {
+			c.ep.unsubscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, member: m.Member})
+		}
+	case *pubFlush:
+		w.flush(ctx)
 	case *workerCatalogue:
 		switch {
 		case w.host == nil:
@@ -151,6 +171,7 @@ func (w *worker) start(ctx *actor.Context) {
 		ho.Logger.Error("services: session worker failed to assemble", "worker", ctx.Self().ID, "err", w.err)
 	}
 	post := ctx.Poster()
+	w.pub = newPublisher(func() { post(&pubFlush{}) })
 	w.unsub = ctx.Host().Node().Membership().Subscribe(func(ev mesh.MemberEvent) {
 		if ev.Type != mesh.EventJoined {
 			post(&nodeGone{lifecycle: lifecycleOf(ev.Member.ID)})
@@ -170,6 +191,9 @@ func (w *worker) stopping(ctx *actor.Context) {
 	if !w.removed {
 		// Its presentations' servers attach them again (to a new activation).
 		w.publishNotice(ctx, noticeStopped)
+	}
+	if w.pub != nil {
+		w.pub.close()
 	}
 	for wp := range w.pending {
 		_ = wp.p.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker stopped while the call ran"})
@@ -204,7 +228,9 @@ func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
 	}
 	if w.clients[m.Client] == nil {
 		c := Client{ID: m.Presenter, Transport: m.Transport, Attachment: m.Attachment}
-		w.clients[m.Client] = &workerClient{key: m.Client, client: c, ep: w.host.Endpoint(ctx.Context, c)}
+		ep := w.host.Endpoint(ctx.Context, c)
+		ep.shared = w.pub
+		w.clients[m.Client] = &workerClient{key: m.Client, client: c, ep: ep}
 		ctx.StayActive(true)
 		w.host.clientEvent(ctx.Context, c, true)
 	}
@@ -222,6 +248,30 @@ func (w *worker) detach(ctx *actor.Context, key string) {
 	ctx.StayActive(len(w.clients) > 0)
 	if w.host != nil {
 		w.host.clientEvent(ctx.Context, c.client, false)
+	}
+}
+
+// flush publishes what the worker's members delivered since the last flush, in order.
+func (w *worker) flush(ctx *actor.Context) {
+	for _, it := range w.pub.take() {
+		w.publish(ctx, pubOf(it.addr, it.d, w.self.ObjectGeneration), it.d.raw)
+	}
+}
+
+// publish publishes one item to the worker's topic. A value over the topic's payload
+// limit goes as a resync: its subscribers take a snapshot, which an Actor reply
+// carries (up to the record limit).
+func (w *worker) publish(ctx *actor.Context, h pubHeader, value []byte) {
+	b, err := encodePub(h, value)
+	if err == nil {
+		_, err = ctx.Publish(w.topic, pubName, b, actor.WithCodec(wire.CodecRaw))
+	}
+	if err != nil && errors.Is(err, topic.ErrTooLarge) && h.Kind != pubResync {
+		w.publish(ctx, pubHeader{Kind: pubResync, Incarnation: h.Incarnation, Svc: h.Svc, Key: h.Key, Gen: h.Gen, Member: h.Member, Seq: h.Seq}, nil)
+		return
+	}
+	if err != nil && w.host != nil {
+		w.host.log.Warn("services: a worker's update was not published", "member", h.Svc+"."+h.Member, "err", err)
 	}
 }
 
