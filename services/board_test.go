@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,12 +25,14 @@ type Score struct {
 type Move struct {
 	Type string `json:"type"`
 	N    int    `json:"n"`
+	Pad  string `json:"pad,omitempty"`
 }
 
 type BurstArgs struct {
 	From  int    `json:"from"`
 	Count int    `json:"count"`
 	Type  string `json:"type,omitempty"`
+	Pad   int    `json:"pad,omitempty"` // bytes of padding per event
 }
 
 type Board struct {
@@ -74,8 +77,9 @@ func boardImpl(by string, start int) *Board {
 			if typ == "" {
 				typ = "move"
 			}
+			pad := strings.Repeat("x", in.Pad)
 			for n := in.From; n < in.From+in.Count; n++ {
-				if err := moves.Emit(ctx, Move{Type: typ, N: n}); err != nil {
+				if err := moves.Emit(ctx, Move{Type: typ, N: n, Pad: pad}); err != nil {
 					return struct{}{}, err
 				}
 			}
@@ -167,6 +171,15 @@ type boardRig struct {
 	drop, back func()
 	// subscriptions reports how many subscriptions the provider side holds.
 	subscriptions func() int
+	// closers close what each consumer opened, newest last.
+	closers []func()
+}
+
+// closeNewest closes the newest consumer: its host and its connection.
+func (r *boardRig) closeNewest() {
+	fn := r.closers[len(r.closers)-1]
+	r.closers = r.closers[:len(r.closers)-1]
+	fn()
 }
 
 // serverWays are the server-scope ways: the provider is a host in this process.
@@ -181,12 +194,13 @@ func serverWays() []boardWay {
 				t.Cleanup(l.Close)
 				last = l
 				var b *Board
-				newHost(t, "consumer", []services.Connection{l}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+				h := newHost(t, "consumer", []services.Connection{l}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
 					b = services.Use(env, BoardToken)
 					if setup != nil {
 						setup(b)
 					}
 				}})
+				rig.closers = append(rig.closers, func() { _ = h.Close(context.Background()); l.Close() })
 				return b
 			}
 			rig.board = rig.consumer(t, nil)
@@ -205,19 +219,42 @@ func serverWays() []boardWay {
 				sc := services.NewStreamConnection(c)
 				t.Cleanup(sc.Close)
 				var b *Board
-				newHost(t, "consumer", []services.Connection{sc}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+				h := newHost(t, "consumer", []services.Connection{sc}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
 					b = services.Use(env, BoardToken)
 					if setup != nil {
 						setup(b)
 					}
 				}})
+				rig.closers = append(rig.closers, func() { _ = h.Close(context.Background()); sc.Close(); _ = c.Close() })
 				return b
 			}
 			rig.board = rig.consumer(t, nil)
 			c := lastC
-			rig.drop = func() { _ = c.Request(callCtx(t), "bye", map[string]any{}, nil) }
+			var mu sync.Mutex
+			drops, ups := 0, 0
+			c.WatchState(func(st connector.State) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch st {
+				case connector.StateReconnecting:
+					drops++
+				case connector.StateConnected:
+					ups++
+				}
+			})
+			rig.drop = func() {
+				mu.Lock()
+				d0 := drops
+				mu.Unlock()
+				_ = c.Request(callCtx(t), "bye", map[string]any{}, nil)
+				eventually(t, "the connection drops", func() bool { mu.Lock(); defer mu.Unlock(); return drops > d0 })
+			}
 			rig.back = func() {
-				eventually(t, "the connector reconnects", func() bool { return c.State() == connector.StateConnected })
+				eventually(t, "the connector reconnects", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return ups >= drops && c.State() == connector.StateConnected
+				})
 			}
 			rig.subscriptions = func() int { return services.SubscriptionsOf(provider) }
 			return rig
@@ -246,6 +283,7 @@ func sessionWays() []boardWay {
 					p.create(t, w)
 				}
 				p.attach(t, w)
+				rig.closers = append(rig.closers, p.disconnect)
 				return p.board
 			}
 			rig.board = rig.consumer(t, nil)
