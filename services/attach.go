@@ -1045,7 +1045,7 @@ func (a *Attacher) send(ps *presentation, r *route, rid string, call Call, done 
 	p := ps.p
 	a.stats.routed.Add(1)
 	ctx, cancel := context.WithTimeout(p.ctx, a.timeout)
-	a.actors.RequestFunc(ctx, r.worker, &workerCall{Client: r.client, Rid: rid, Svc: call.Service, Member: call.Member, Args: call.Args, Trace: call.Trace},
+	a.actors.RequestFunc(ctx, r.worker, &workerCall{Client: r.client, Rid: rid, Svc: call.Service, Key: call.Key, Gen: call.Generation, Member: call.Member, Args: call.Args, Trace: call.Trace},
 		func(v any, err error) {
 			cancel()
 			ps.inflight.Add(-1)

@@ -55,9 +55,13 @@ type CatalogueEntry struct {
 // and the W3C trace context of the caller's rpc.client span.
 type Call struct {
 	Service string
-	Member  string
-	Args    json.RawMessage
-	Trace   map[string]string
+	// Key and Generation name the instance of a keyed service the call is for (a
+	// generation the host gave it: a closed or replaced one is stale).
+	Key        string
+	Generation uint64
+	Member     string
+	Args       json.RawMessage
+	Trace      map[string]string
 }
 
 // Connection is a consumer host's link to a provider host: loopback (same process) or
@@ -84,6 +88,10 @@ func (h *Host) Catalogue() Catalogue {
 		} else if s.pending != nil {
 			for name, m := range s.pending.members {
 				e.Members[name] = string(m.kind)
+			}
+		} else {
+			for name, k := range s.kinds {
+				e.Members[name] = string(k)
 			}
 		}
 		c.Services = append(c.Services, e)
@@ -159,8 +167,11 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 	case svc == nil || !svc.rpc:
 		done(nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("no service %q", call.Service)})
 		return
-	case svc.mode != Singleton:
-		done(nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("service %q is keyed: instance calls are not served yet", call.Service)})
+	case svc.mode == Keyed && (call.Key == "" || call.Generation == 0):
+		done(nil, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service %q is keyed: a call names the instance (key and generation)", call.Service)})
+		return
+	case svc.mode == Singleton && call.Key != "":
+		done(nil, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service %q is not keyed", call.Service)})
 		return
 	case rid == "":
 		done(nil, &Error{Code: CodeInvalidArguments, Message: "a call needs a request id"})
@@ -197,7 +208,7 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 				attribute.String("rpc.method", call.Member)))
 	}
 	var once atomic.Bool
-	svc.submit(&callMsg{ctx: sctx, member: call.Member, args: call.Args, reply: func(v any, err error) {
+	svc.submit(&callMsg{ctx: sctx, key: call.Key, gen: call.Generation, member: call.Member, args: call.Args, reply: func(v any, err error) {
 		if !once.CompareAndSwap(false, true) {
 			return
 		}

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Facet is a plugin's part in one host: an id and a synchronous Setup that declares,
@@ -116,6 +117,7 @@ func Use[T any](env *Env, t Token[T]) *T {
 // it to the owning facet only.
 type Instances[T any] struct {
 	svc *service
+	env *Env
 	t   Token[T]
 }
 
@@ -124,13 +126,24 @@ type Instances[T any] struct {
 func ProvideMany[T any](env *Env, t Token[T]) *Instances[T] {
 	env.mustBeOpen("ProvideMany(" + t.id + ")")
 	svc := env.host.provide(env, t.id, t.rpc, Keyed, nil, nil)
-	return &Instances[T]{svc: svc, t: t}
+	env.host.mu.Lock()
+	if svc.kinds == nil {
+		svc.kinds = kinds(t.describe)
+	}
+	env.host.mu.Unlock()
+	return &Instances[T]{svc: svc, env: env, t: t}
 }
 
 // Add publishes the instance key, implemented by impl, and returns its idempotent
 // close. A key must be unique among live instances; a closed key added again gets a
 // new generation.
 func (s *Instances[T]) Add(key string, impl *T) (closeInstance func(), err error) {
+	s.env.host.mu.Lock()
+	owner := s.svc.owner == s.env
+	s.env.host.mu.Unlock()
+	if !owner {
+		return nil, fmt.Errorf("services: %s: this handle's facet generation (%s#%d) no longer owns the service", s.svc.id, s.env.facet, s.env.generation)
+	}
 	members, order, err := table(s.t.describe, impl)
 	if err != nil {
 		return nil, err
@@ -138,12 +151,29 @@ func (s *Instances[T]) Add(key string, impl *T) (closeInstance func(), err error
 	return s.svc.addInstance(key, &memberTable{members: members, order: order})
 }
 
-// Observe records that the facet requires the keyed service of t. Delivery of the
-// instance directory to handler is built by the next part of the service work; today
-// the requirement takes part in assembly (mode checks, resolution) only. It panics
-// after setup.
+// Observe records that the facet requires the keyed service of t and observes its
+// instances: handler runs once per live instance, as the instance's task, with a fresh
+// context that ends when the instance closes (or is replaced by the same key under a
+// new generation), when the observation ends, or when the selected session switches;
+// svc is the instance's facade, its state members hydrated before handler starts.
+// Returning because the context ended is normal; any other error goes to the host's
+// failure policy (HostOptions.OnFailure). The observation ends with the facet's
+// generation (or stop). It panics after setup.
 func Observe[T any](env *Env, t Token[T], handler func(ctx context.Context, key string, svc *T) error) (stop func()) {
 	env.mustBeOpen("Observe(" + t.id + ")")
 	env.host.require(env, t.id, Keyed)
-	return func() {}
+	kf := keyedFacadeOf(env.host, t)
+	reg := &observeReg{kf: kf, facet: env.facet, live: map[string]*observed{},
+		handler: func(ctx context.Context, key string, v any) error { return handler(ctx, key, v.(*T)) }}
+	kf.mu.Lock()
+	kf.regs = append(kf.regs, reg)
+	kf.mu.Unlock()
+	stop = func() {
+		reg.stop()
+		kf.mu.Lock()
+		kf.regs = slices.DeleteFunc(kf.regs, func(x *observeReg) bool { return x == reg })
+		kf.mu.Unlock()
+	}
+	env.Own(func(context.Context) error { stop(); return nil })
+	return stop
 }

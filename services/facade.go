@@ -19,6 +19,7 @@ const (
 	stateDisconnected facadeState = iota // during setup
 	stateBound                           // a provider is bound
 	stateUnavailable                     // no provider bound (host closed, connection lost)
+	stateStale                           // an instance facade whose instance is gone: for ever
 )
 
 // facade is the one stable consumer-side value of a token in a host: its members call
@@ -27,6 +28,8 @@ const (
 type facade struct {
 	host    *Host
 	id      string
+	key     string // an instance facade: its instance's key and generation
+	gen     uint64
 	st      atomic.Uint32
 	local   atomic.Pointer[service]
 	remote  atomic.Pointer[connBox]
@@ -66,14 +69,26 @@ func (f *facade) bindLocal(s *service) {
 	f.remote.Store(nil)
 	f.st.Store(uint32(stateBound))
 	for name, m := range f.members {
-		if m.replica != nil {
-			if sl := s.slot(name); sl != nil {
-				m.replica.bind(slotSource{sl})
-			} else {
-				m.replica.bind(nil)
-			}
+		if m.replica == nil {
+			continue
+		}
+		if sl, err := s.slotFor(f.addr(name)); err == nil {
+			m.replica.bind(slotSource{sl})
+		} else {
+			m.replica.bind(closedSource{err})
 		}
 	}
+}
+
+// addr is the address of the facade's member name.
+func (f *facade) addr(name string) subAddr { return subAddr{svc: f.id, key: f.key, gen: f.gen, member: name} }
+
+// closedSource is a member that is not there (a closed instance's).
+type closedSource struct{ err *Error }
+
+func (c closedSource) watch(fn func(replicaDelivery)) func() {
+	fn(replicaDelivery{op: rdClosed, err: c.err})
+	return func() {}
 }
 
 func (f *facade) bindRemote(c Connection) {
@@ -89,8 +104,15 @@ func (f *facade) bindRemote(c Connection) {
 			m.replica.bind(nil) // a connection that does not carry subscriptions
 			continue
 		}
-		m.replica.bind(remoteSource{sub: sub, addr: subAddr{svc: f.id, member: name}, kind: m.kind})
+		m.replica.bind(remoteSource{sub: sub, addr: f.addr(name), kind: m.kind})
 	}
+}
+
+// retire makes an instance facade stale for ever (its instance is gone from the
+// directory the facade came from).
+func (f *facade) retire() {
+	f.unbind()
+	f.st.Store(uint32(stateStale))
 }
 
 func (f *facade) unbind() {
@@ -123,9 +145,11 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 		return nil, &Error{Code: CodeSetupPhase, Message: fmt.Sprintf("%s.%s called before the host assembled its services", f.id, name)}
 	case stateUnavailable:
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("service %q has no provider bound", f.id)}
+	case stateStale:
+		return nil, &Error{Code: CodeStaleGeneration, Message: fmt.Sprintf("instance %q generation %d of %s is gone", f.key, f.gen, f.id)}
 	}
 	if svc := f.local.Load(); svc != nil {
-		return callLocal(ctx, svc, name, in)
+		return callLocal(ctx, svc, f.key, f.gen, name, in)
 	}
 	box := f.remote.Load()
 	if box == nil {
@@ -136,14 +160,14 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 		return nil, &Error{Code: CodeInvalidArguments, Message: err.Error()}
 	}
 	if f.host.tracer == nil {
-		return box.c.Call(ctx, Call{Service: f.id, Member: name, Args: args})
+		return box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Member: name, Args: args})
 	}
 	ctx, span := f.host.tracer.Start(ctx, "rpc.client", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", f.id), attribute.String("rpc.method", name)))
 	defer span.End()
 	carrier := propagation.MapCarrier{}
 	f.host.prop.Inject(ctx, carrier)
-	raw, err := box.c.Call(ctx, Call{Service: f.id, Member: name, Args: args, Trace: carrier})
+	raw, err := box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Member: name, Args: args, Trace: carrier})
 	if err != nil {
 		span.SetStatus(codes.Error, errorCode(err))
 		return nil, err
@@ -153,13 +177,13 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 
 // callLocal runs a call on a service of this process: through its actor (calls stay
 // serial), with the caller's context.
-func callLocal(ctx context.Context, svc *service, name string, in any) (any, error) {
+func callLocal(ctx context.Context, svc *service, key string, gen uint64, name string, in any) (any, error) {
 	type result struct {
 		v   any
 		err error
 	}
 	done := make(chan result, 1)
-	svc.submit(&callMsg{ctx: ctx, member: name, local: true, in: in, reply: func(v any, err error) { done <- result{v, err} }})
+	svc.submit(&callMsg{ctx: ctx, key: key, gen: gen, member: name, local: true, in: in, reply: func(v any, err error) { done <- result{v, err} }})
 	select {
 	case r := <-done:
 		return r.v, r.err

@@ -39,6 +39,8 @@ type workerCall struct {
 	Client string
 	Rid    string
 	Svc    string
+	Key    string
+	Gen    uint64
 	Member string
 	Args   []byte
 	Trace  map[string]string

@@ -105,6 +105,8 @@ type replica struct {
 	mu        sync.Mutex
 	gen       uint64 // bumps per bind: a stale source's deliveries are dropped
 	stop      func()
+	hyd       chan struct{} // closed once hydrated under the current binding
+	closedCh  chan struct{} // closed once closed under the current binding
 	value     any
 	seq       uint64
 	hydrated  bool
@@ -134,6 +136,7 @@ func (r *replica) bind(src source) {
 	g := r.gen
 	r.stop = nil
 	r.value, r.hydrated, r.stale, r.closed, r.seq = nil, false, false, nil, 0
+	r.hyd, r.closedCh = make(chan struct{}), make(chan struct{})
 	r.mu.Unlock()
 	if old != nil {
 		old()
@@ -208,6 +211,11 @@ func (r *replica) on(g uint64, d replicaDelivery) {
 			return
 		}
 		r.value, r.seq, r.hydrated, r.stale, r.closed = v, d.seq, true, false, nil
+		select {
+		case <-r.hyd:
+		default:
+			close(r.hyd)
+		}
 		kind := DeliveryUpdate
 		if d.op != rdUpdate {
 			kind = DeliveryHydration
@@ -242,7 +250,23 @@ func (r *replica) on(g uint64, d replicaDelivery) {
 		r.value, r.hydrated, r.stale, r.seq = nil, false, false, 0
 	case rdClosed:
 		r.value, r.hydrated, r.stale, r.closed = nil, false, false, d.err
+		select {
+		case <-r.closedCh:
+		default:
+			close(r.closedCh)
+		}
 	}
+}
+
+// waits returns channels closed once the replica is hydrated, or closed, under its
+// current binding.
+func (r *replica) waits() (hydrated, closed <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hyd == nil {
+		r.hyd, r.closedCh = make(chan struct{}), make(chan struct{})
+	}
+	return r.hyd, r.closedCh
 }
 
 // eventType reads an event's "type" field.

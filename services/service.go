@@ -42,6 +42,7 @@ type service struct {
 	instances map[string]*instance // keyed services
 	gens      map[string]uint64
 	dir       *slot // a keyed service's instance directory
+	kinds     map[string]memberKind // a keyed service's member kinds (its catalogue)
 }
 
 type instance struct {
@@ -60,6 +61,8 @@ type instanceRef struct {
 // callMsg is a call delivered to a service actor.
 type callMsg struct {
 	ctx    context.Context
+	key    string // an instance of a keyed service: its key and generation
+	gen    uint64
 	member string
 	local  bool // in holds a Go value (same process); else args holds JSON
 	in     any
@@ -157,8 +160,15 @@ func (s *service) receive(ctx actor.Context) {
 
 // run executes one call in the actor's turn (or hands a Task member to a goroutine).
 func (s *service) run(m *callMsg) {
-	tab := s.table.Load()
-	if tab == nil {
+	var tab *memberTable
+	if m.key != "" {
+		inst, err := s.instanceAt(m.key, m.gen)
+		if err != nil {
+			m.reply(nil, err)
+			return
+		}
+		tab = inst.table
+	} else if tab = s.table.Load(); tab == nil {
 		m.reply(nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("service %q has no provider bound", s.id)})
 		return
 	}

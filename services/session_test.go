@@ -128,7 +128,7 @@ func startSvcFleet(t *testing.T, n int, authorize services.Authorize) *svcFleet 
 			return node.ServeServices(mux).Type()
 		}
 		cfg.Services = func(node *meshnode.Node) []services.Facet { return []services.Facet{nodeInfoFacet(node)} }
-		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0)}, Authorize: authorize}
+		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0), dialogOwner("worker", f.hs)}, Authorize: authorize}
 	}})
 	t.Cleanup(func() { closeOnce(f.hs.release) })
 	return f
@@ -169,6 +169,8 @@ type presentation struct {
 	mgmt       *services.SessionManagement
 	counter    *Counter
 	board      *Board
+	dialogs    *DialogAdmin
+	env        *services.Env // the presentation facet's, during setup
 	stream     *connector.Connector // nil over loopback
 	disconnect func()
 }
@@ -205,6 +207,8 @@ func (f *svcFleet) present(t *testing.T, node int, tr string, setup ...func(p *p
 		p.mgmt = services.Use(env, services.SessionManagementToken)
 		p.counter = services.Use(env, CounterToken)
 		p.board = services.Use(env, BoardToken)
+		p.dialogs = services.Use(env, DialogAdminToken)
+		p.env = env
 		for _, fn := range setup {
 			fn(p)
 		}

@@ -318,7 +318,7 @@ func (e eventsFacade[E]) On(kind string, fn func(ctx context.Context, ev E)) fun
 // DescribeState registers the replicated state member name, held in *s: a provider
 // sets it with NewState (Provide refuses a nil one), a consumer's facade gets a replica.
 func DescribeState[T any](d *Describer, name string, s *State[T]) {
-	if !d.begin(name) {
+	if !d.begin(name, kindState) {
 		return
 	}
 	switch d.mode {
@@ -343,7 +343,7 @@ func DescribeState[T any](d *Describer, name string, s *State[T]) {
 // DescribeEvents registers the remote events member name, held in *e: a provider sets
 // it with NewEvents, a consumer's facade gets a replica.
 func DescribeEvents[E any](d *Describer, name string, e *Events[E]) {
-	if !d.begin(name) {
+	if !d.begin(name, kindEvents) {
 		return
 	}
 	switch d.mode {

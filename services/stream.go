@@ -286,6 +286,14 @@ func callFromMetadata(get func(string) (string, bool), payload []byte, c wire.Co
 		return Call{}, "", &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service calls carry JSON, not codec %d", c)}
 	}
 	call := Call{Service: svc, Member: mem, Args: payload}
+	if key, ok := get(MetaKey); ok {
+		g, _ := get(MetaGeneration)
+		gen, err := strconv.ParseUint(g, 10, 64)
+		if err != nil || key == "" || gen == 0 {
+			return Call{}, "", &Error{Code: CodeInvalidArguments, Message: "an instance call names its key and generation (a number)"}
+		}
+		call.Key, call.Generation = key, gen
+	}
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := get(k); ok {
 			if call.Trace == nil {
@@ -464,6 +472,9 @@ func (s *StreamConnection) call(ctx context.Context, call Call, extra ...connect
 		connector.WithMetadata(MetaService, call.Service),
 		connector.WithMetadata(MetaMember, call.Member),
 		connector.WithMetadata(MetaRequest, rid),
+	}
+	if call.Key != "" {
+		opts = append(opts, connector.WithMetadata(MetaKey, call.Key), connector.WithMetadata(MetaGeneration, strconv.FormatUint(call.Generation, 10)))
 	}
 	for k, v := range call.Trace {
 		opts = append(opts, connector.WithMetadata(k, v))

@@ -166,9 +166,9 @@ type Describer struct {
 
 var validMember = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
 
-// begin checks a member's name and records it; false: do not describe it (an error is
-// recorded, or the describer only probes names).
-func (d *Describer) begin(name string) bool {
+// begin checks a member's name and records it with its kind; false: do not describe
+// it (an error is recorded, or the describer only probes names and kinds).
+func (d *Describer) begin(name string, kind memberKind) bool {
 	if d.err != nil {
 		return false
 	}
@@ -185,15 +185,28 @@ func (d *Describer) begin(name string) bool {
 	}
 	d.order = append(d.order, name)
 	if d.mode == describeProbe {
-		d.members[name] = member{}
+		d.members[name] = member{kind: kind}
 		return false
 	}
 	return true
 }
 
+// kinds returns the member kinds a describe function declares (what a keyed service
+// announces in its catalogue before any instance exists).
+func kinds[T any](describe func(*Describer, *T)) map[string]memberKind {
+	var probe T
+	d := &Describer{mode: describeProbe}
+	describe(d, &probe)
+	out := make(map[string]memberKind, len(d.members))
+	for name, m := range d.members {
+		out[name] = m.kind
+	}
+	return out
+}
+
 // DescribeMethod registers the method member name, held in *m.
 func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) {
-	if !d.begin(name) {
+	if !d.begin(name, kindMethod) {
 		return
 	}
 	switch d.mode {

@@ -305,7 +305,7 @@ func (w *worker) call(ctx *actor.Context, m *workerCall) {
 		wp     *workerPending
 	)
 	post := ctx.Poster()
-	call := Call{Service: m.Svc, Member: m.Member, Args: m.Args, Trace: m.Trace}
+	call := Call{Service: m.Svc, Key: m.Key, Generation: m.Gen, Member: m.Member, Args: m.Args, Trace: m.Trace}
 	c.ep.Serve(m.Rid, call, func(raw json.RawMessage, err error) {
 		mu.Lock()
 		if inTurn {
