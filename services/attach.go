@@ -145,9 +145,9 @@ type Attacher struct {
 	wtopics map[string]*workerTopic
 	stopped bool
 
-	stop        chan struct{}
-	wg          sync.WaitGroup // routed calls and re-attaches in flight
-	unwatch     func() // membership
+	stop    chan struct{}
+	wg      sync.WaitGroup // routed calls and re-attaches in flight
+	unwatch func()         // membership
 
 	stats attacherCounters
 }

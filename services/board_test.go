@@ -38,7 +38,7 @@ type BurstArgs struct {
 type Board struct {
 	Score services.State[Score]
 	Moves services.Events[Move]
-	Set   services.Method[Score, Score]       // sets the score (the call's context is the write's)
+	Set   services.Method[Score, Score]        // sets the score (the call's context is the write's)
 	Burst services.Method[BurstArgs, struct{}] // sets score n = from..from+count-1, one write each
 	Emit  services.Method[BurstArgs, struct{}] // emits moves n = from..from+count-1
 	Who   services.Method[struct{}, Score]     // the provider's name

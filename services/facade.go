@@ -81,7 +81,9 @@ func (f *facade) bindLocal(s *service) {
 }
 
 // addr is the address of the facade's member name.
-func (f *facade) addr(name string) subAddr { return subAddr{svc: f.id, key: f.key, gen: f.gen, member: name} }
+func (f *facade) addr(name string) subAddr {
+	return subAddr{svc: f.id, key: f.key, gen: f.gen, member: name}
+}
 
 // closedSource is a member that is not there (a closed instance's).
 type closedSource struct{ err *Error }

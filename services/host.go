@@ -60,8 +60,8 @@ type Host struct {
 	phase    hostPhase
 	envs     []*Env // current generation of each facet, in setup order
 	ledger   []LedgerEntry
-	services map[string]*service // provided here, by id
-	facades  map[string]*facade  // used here, by id
+	services map[string]*service     // provided here, by id
+	facades  map[string]*facade      // used here, by id
 	keyed    map[string]*keyedFacade // observed here, by id
 	onFail   func(facet string, err error)
 	conns    []Connection

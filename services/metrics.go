@@ -23,7 +23,7 @@ type callMetrics struct {
 	drops         metric.Int64Counter
 	dropCount     atomic.Int64
 	log           *slog.Logger
-	rl       ratelog.Limiter
+	rl            ratelog.Limiter
 }
 
 // knownCodes are the service layer's own codes (metric attribute values as they are).

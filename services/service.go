@@ -41,7 +41,7 @@ type service struct {
 	mu        sync.Mutex
 	instances map[string]*instance // keyed services
 	gens      map[string]uint64
-	dir       *slot // a keyed service's instance directory
+	dir       *slot                 // a keyed service's instance directory
 	kinds     map[string]memberKind // a keyed service's member kinds (its catalogue)
 }
 

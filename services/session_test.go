@@ -170,7 +170,7 @@ type presentation struct {
 	counter    *Counter
 	board      *Board
 	dialogs    *DialogAdmin
-	env        *services.Env // the presentation facet's, during setup
+	env        *services.Env        // the presentation facet's, during setup
 	stream     *connector.Connector // nil over loopback
 	disconnect func()
 }

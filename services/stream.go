@@ -196,7 +196,7 @@ func (s *StreamServer) client(p *session.Peer) *streamClient {
 			return p.Send(context.Background(), f.name, wire.CodecJSON, f.payload, session.WithMetadata(f.md), session.NonBlocking())
 		},
 		sendFrame: p.SendFrame,
-		onClose: func(fn func()) { hookMu.Lock(); hooks = append(hooks, fn); hookMu.Unlock() },
+		onClose:   func(fn func()) { hookMu.Lock(); hooks = append(hooks, fn); hookMu.Unlock() },
 	}
 	ep := s.h.Endpoint(context.WithValue(p.Context(), presenterKey{}, pr), Client{ID: pr.id, Transport: p.Transport()})
 	c := &streamClient{ep: ep, pr: pr}
