@@ -901,7 +901,7 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 	// Passed on from now: what the worker publishes after its snapshot reaches us.
 	ps.subs[addr] = struct{}{}
 	a.mu.Unlock()
-	v, err := a.actors.Request(ctx, r.worker, &workerSubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Member: addr.member})
+	v, err := a.actors.Request(ctx, r.worker, &workerSubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member})
 	var ans *answer
 	if err == nil {
 		var ok bool
@@ -958,7 +958,7 @@ func (a *Attacher) unsubscribeAsync(r *route, addr subAddr) {
 		defer a.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Member: addr.member})
+		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member})
 	}()
 }
 
@@ -1045,7 +1045,7 @@ func (a *Attacher) send(ps *presentation, r *route, rid string, call Call, done 
 	p := ps.p
 	a.stats.routed.Add(1)
 	ctx, cancel := context.WithTimeout(p.ctx, a.timeout)
-	a.actors.RequestFunc(ctx, r.worker, &workerCall{Client: r.client, Rid: rid, Svc: call.Service, Key: call.Key, Gen: call.Generation, Member: call.Member, Args: call.Args, Trace: call.Trace},
+	a.actors.RequestFunc(ctx, r.worker, &workerCall{Client: r.client, Rid: rid, Svc: call.Service, Key: call.Key, Gen: call.Generation, Ref: call.Ref, Member: call.Member, Args: call.Args, Trace: call.Trace},
 		func(v any, err error) {
 			cancel()
 			ps.inflight.Add(-1)

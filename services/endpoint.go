@@ -59,9 +59,11 @@ type Call struct {
 	// generation the host gave it: a closed or replaced one is stale).
 	Key        string
 	Generation uint64
-	Member     string
-	Args       json.RawMessage
-	Trace      map[string]string
+	// Ref names a private reference the caller holds (its handle).
+	Ref    string
+	Member string
+	Args   json.RawMessage
+	Trace  map[string]string
 }
 
 // Connection is a consumer host's link to a provider host: loopback (same process) or
@@ -114,7 +116,8 @@ type Endpoint struct {
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc
-	subs     map[subAddr]func() // the client's subscriptions: their stops
+	subs     map[subAddr]func()    // the client's subscriptions: their stops
+	refs     map[string]*refObject // the client's references, by handle
 	closed   bool
 
 	// notify pushes a control frame to the client (a subscription dropped); nil: none.
@@ -128,7 +131,8 @@ type Endpoint struct {
 // does).
 func (h *Host) Endpoint(ctx context.Context, client Client) *Endpoint {
 	ctx, stop := context.WithCancel(ctx)
-	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}, subs: map[subAddr]func(){}}
+	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}, subs: map[subAddr]func(){},
+		refs: map[string]*refObject{}}
 	if p, ok := presenterOf(ctx); ok {
 		e.notify = p.push
 	}
@@ -160,6 +164,14 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 	svc := h.services[call.Service]
 	running := h.phase == phaseRunning
 	h.mu.Unlock()
+	if call.Ref != "" {
+		if rid == "" {
+			done(nil, &Error{Code: CodeInvalidArguments, Message: "a call needs a request id"})
+			return
+		}
+		e.serveRefCall(rid, call, done)
+		return
+	}
 	switch {
 	case !running:
 		done(nil, &Error{Code: CodeUnavailable, Message: "the host is not serving"})
@@ -177,7 +189,24 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 		done(nil, &Error{Code: CodeInvalidArguments, Message: "a call needs a request id"})
 		return
 	}
-	cctx, cancel := context.WithCancel(context.WithValue(e.ctx, clientKey{}, e.client))
+	e.admit(rid, call, done, func(ctx context.Context, reply func(any, error)) {
+		svc.submit(&callMsg{ctx: ctx, key: call.Key, gen: call.Generation, member: call.Member, args: call.Args, reply: reply})
+	})
+}
+
+// serveRefCall runs a call on one of the client's references.
+func (e *Endpoint) serveRefCall(rid string, call Call, done func(json.RawMessage, error)) {
+	e.admit(rid, call, done, func(ctx context.Context, reply func(any, error)) {
+		e.serveRef(ctx, call, func(raw json.RawMessage, err error) { reply(raw, err) })
+	})
+}
+
+// admit gives a call of the client its fresh context (the connection's, the client
+// identity, this endpoint, the caller's trace as the parent of an rpc.server span) and
+// its place in the request table, then runs it; done gets its result once.
+func (e *Endpoint) admit(rid string, call Call, done func(json.RawMessage, error), run func(ctx context.Context, reply func(any, error))) {
+	h := e.h
+	cctx, cancel := context.WithCancel(context.WithValue(context.WithValue(e.ctx, clientKey{}, e.client), endpointKey{}, e))
 	e.mu.Lock()
 	switch {
 	case e.closed:
@@ -208,7 +237,7 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 				attribute.String("rpc.method", call.Member)))
 	}
 	var once atomic.Bool
-	svc.submit(&callMsg{ctx: sctx, key: call.Key, gen: call.Generation, member: call.Member, args: call.Args, reply: func(v any, err error) {
+	run(sctx, func(v any, err error) {
 		if !once.CompareAndSwap(false, true) {
 			return
 		}
@@ -235,7 +264,7 @@ func (e *Endpoint) serve(rid string, call Call, done func(json.RawMessage, error
 		span.End()
 		raw, _ := v.(json.RawMessage)
 		done(raw, nil)
-	}})
+	})
 }
 
 // Cancel cancels the client's call rid, if it is in flight (another client's ids are
@@ -269,6 +298,7 @@ func (e *Endpoint) Close() {
 	e.mu.Unlock()
 	e.stop()
 	e.closeSubs()
+	e.closeRefs()
 }
 
 // Loopback is an in-process Connection to a provider host, with no sockets: the same

@@ -66,7 +66,20 @@ func (s *service) noMember(name string) *Error {
 // subscribe subscribes the client to a; sink gets every later delivery. It returns
 // the snapshot the subscription starts from (JSON snapshotReply).
 func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMessage, error) {
-	sl, serr := e.h.slotFor(a)
+	var (
+		sl   *slot
+		serr *Error
+	)
+	if a.ref != "" {
+		var o *refObject
+		if o, serr = e.ref(a.ref); serr == nil {
+			if sl = o.slots[a.member]; sl == nil {
+				serr = &Error{Code: CodeUnknownMember, Message: fmt.Sprintf("the reference has no state or events member %q", a.member)}
+			}
+		}
+	} else {
+		sl, serr = e.h.slotFor(a)
+	}
 	if serr != nil {
 		return nil, serr
 	}
@@ -91,7 +104,7 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 		err  *Error
 	)
 	if e.shared != nil {
-		snap, stop, err = e.shared.add(sl)
+		snap, stop, err = e.shared.add(sl, a)
 	} else {
 		stop, err = sl.watchFrom(func(seq uint64, raw json.RawMessage, _ any) {
 			snap = snapshotReply{Seq: seq, Value: raw}

@@ -40,3 +40,11 @@ func SubscriptionsOf(h *Host) int { return int(h.stats.subscriptions.Load()) }
 
 // SubscriptionsDropped returns how many subscriptions h dropped for flow control.
 func SubscriptionsDropped(h *Host) int64 { return h.stats.dropCount.Load() }
+
+// RefHandle returns the handle of a reference a remote call returned ("" in process).
+func RefHandle[T any](r Ref[T]) string {
+	if r.st == nil {
+		return ""
+	}
+	return r.st.handle
+}

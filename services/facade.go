@@ -26,15 +26,17 @@ const (
 // whatever provider it is bound to at the moment of the call, so a facade (or a method
 // value taken from it) obtained before a provider replacement calls the replacement.
 type facade struct {
-	host    *Host
-	id      string
-	key     string // an instance facade: its instance's key and generation
-	gen     uint64
-	st      atomic.Uint32
-	local   atomic.Pointer[service]
-	remote  atomic.Pointer[connBox]
-	members map[string]member
-	value   any // the *T handed to consumers
+	host     *Host
+	id       string
+	key      string // an instance facade: its instance's key and generation
+	gen      uint64
+	ref      string     // a reference's facade: its handle at the provider
+	localRef *refObject // a reference's facade in the provider's process
+	st       atomic.Uint32
+	local    atomic.Pointer[service]
+	remote   atomic.Pointer[connBox]
+	members  map[string]member
+	value    any // the *T handed to consumers
 }
 
 type connBox struct{ c Connection }
@@ -82,7 +84,7 @@ func (f *facade) bindLocal(s *service) {
 
 // addr is the address of the facade's member name.
 func (f *facade) addr(name string) subAddr {
-	return subAddr{svc: f.id, key: f.key, gen: f.gen, member: name}
+	return subAddr{svc: f.id, key: f.key, gen: f.gen, ref: f.ref, member: name}
 }
 
 // closedSource is a member that is not there (a closed instance's).
@@ -148,7 +150,13 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 	case stateUnavailable:
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("service %q has no provider bound", f.id)}
 	case stateStale:
+		if f.ref != "" || f.localRef != nil {
+			return nil, &Error{Code: CodeStaleReference, Message: "the reference ended"}
+		}
 		return nil, &Error{Code: CodeStaleGeneration, Message: fmt.Sprintf("instance %q generation %d of %s is gone", f.key, f.gen, f.id)}
+	}
+	if o := f.localRef; o != nil {
+		return callRef(ctx, o, name, in)
 	}
 	if svc := f.local.Load(); svc != nil {
 		return callLocal(ctx, svc, f.key, f.gen, name, in)
@@ -162,14 +170,14 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 		return nil, &Error{Code: CodeInvalidArguments, Message: err.Error()}
 	}
 	if f.host.tracer == nil {
-		return box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Member: name, Args: args})
+		return box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Ref: f.ref, Member: name, Args: args})
 	}
 	ctx, span := f.host.tracer.Start(ctx, "rpc.client", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", f.id), attribute.String("rpc.method", name)))
 	defer span.End()
 	carrier := propagation.MapCarrier{}
 	f.host.prop.Inject(ctx, carrier)
-	raw, err := box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Member: name, Args: args, Trace: carrier})
+	raw, err := box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Ref: f.ref, Member: name, Args: args, Trace: carrier})
 	if err != nil {
 		span.SetStatus(codes.Error, errorCode(err))
 		return nil, err

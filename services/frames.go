@@ -47,6 +47,7 @@ type subAddr struct {
 	svc    string
 	key    string
 	gen    uint64
+	ref    string // a private reference's member
 	member string
 }
 
@@ -63,6 +64,9 @@ func (a subAddr) metadata(md wire.Metadata) wire.Metadata {
 	if a.key != "" {
 		md = append(md, wire.MetadataEntry{Key: MetaKey, Value: a.key}, wire.MetadataEntry{Key: MetaGeneration, Value: strconv.FormatUint(a.gen, 10)})
 	}
+	if a.ref != "" {
+		md = append(md, wire.MetadataEntry{Key: MetaRef, Value: a.ref})
+	}
 	return md
 }
 
@@ -72,6 +76,7 @@ func subAddrFrom(get func(string) (string, bool)) (subAddr, error) {
 	a.svc, _ = get(MetaService)
 	a.member, _ = get(MetaMember)
 	a.key, _ = get(MetaKey)
+	a.ref, _ = get(MetaRef)
 	if a.svc == "" || a.member == "" {
 		return a, &Error{Code: CodeInvalidArguments, Message: "a subscription needs the svc and member metadata"}
 	}

@@ -41,6 +41,7 @@ type workerCall struct {
 	Svc    string
 	Key    string
 	Gen    uint64
+	Ref    string
 	Member string
 	Args   []byte
 	Trace  map[string]string
@@ -60,6 +61,7 @@ type workerSubscribe struct {
 	Svc    string
 	Key    string
 	Gen    uint64
+	Ref    string
 	Member string
 }
 

@@ -43,6 +43,7 @@ type pubHeader struct {
 	Svc         string `json:"s,omitempty"`
 	Key         string `json:"y,omitempty"`
 	Gen         uint64 `json:"g,omitempty"`
+	Ref         string `json:"f,omitempty"`
 	Member      string `json:"m,omitempty"`
 	Seq         uint64 `json:"q,omitempty"`
 	TP          string `json:"tp,omitempty"`
@@ -53,7 +54,7 @@ type pubHeader struct {
 
 // pubOf returns the header of a member's delivery published by worker incarnation inc.
 func pubOf(a subAddr, d *delivery, inc uint64) pubHeader {
-	h := pubHeader{Incarnation: inc, Svc: a.svc, Key: a.key, Gen: a.gen, Member: a.member, Seq: d.seq,
+	h := pubHeader{Incarnation: inc, Svc: a.svc, Key: a.key, Gen: a.gen, Ref: a.ref, Member: a.member, Seq: d.seq,
 		TP: d.trace["traceparent"], TS: d.trace["tracestate"]}
 	switch d.op {
 	case opUpdate:
@@ -73,7 +74,7 @@ func pubOf(a subAddr, d *delivery, inc uint64) pubHeader {
 
 // delivery returns what a publication delivers to a subscriber of its member.
 func (h pubHeader) delivery(value []byte) (subAddr, *delivery) {
-	a := subAddr{svc: h.Svc, key: h.Key, gen: h.Gen, member: h.Member}
+	a := subAddr{svc: h.Svc, key: h.Key, gen: h.Gen, ref: h.Ref, member: h.Member}
 	d := &delivery{seq: h.Seq, raw: value}
 	if h.TP != "" {
 		d.trace = map[string]string{"traceparent": h.TP}

@@ -249,7 +249,9 @@ func (r *replica) on(g uint64, d replicaDelivery) {
 	case rdCold:
 		r.value, r.hydrated, r.stale, r.seq = nil, false, false, 0
 	case rdClosed:
-		r.value, r.hydrated, r.stale, r.closed = nil, false, false, d.err
+		// The member is gone (its instance or reference closed): a task still reading
+		// it sees its last value, as stale display data.
+		r.stale, r.closed = r.hydrated, d.err
 		select {
 		case <-r.closedCh:
 		default:

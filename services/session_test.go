@@ -128,7 +128,7 @@ func startSvcFleet(t *testing.T, n int, authorize services.Authorize) *svcFleet 
 			return node.ServeServices(mux).Type()
 		}
 		cfg.Services = func(node *meshnode.Node) []services.Facet { return []services.Facet{nodeInfoFacet(node)} }
-		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0), dialogOwner("worker", f.hs)}, Authorize: authorize}
+		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0), dialogOwner("worker", f.hs), indexFacet()}, Authorize: authorize}
 	}})
 	t.Cleanup(func() { closeOnce(f.hs.release) })
 	return f
@@ -170,6 +170,7 @@ type presentation struct {
 	counter    *Counter
 	board      *Board
 	dialogs    *DialogAdmin
+	index      *Index
 	env        *services.Env        // the presentation facet's, during setup
 	stream     *connector.Connector // nil over loopback
 	disconnect func()
@@ -208,6 +209,7 @@ func (f *svcFleet) present(t *testing.T, node int, tr string, setup ...func(p *p
 		p.counter = services.Use(env, CounterToken)
 		p.board = services.Use(env, BoardToken)
 		p.dialogs = services.Use(env, DialogAdminToken)
+		p.index = services.Use(env, IndexToken)
 		p.env = env
 		for _, fn := range setup {
 			fn(p)

@@ -139,6 +139,11 @@ func (s *slot) close(why *Error) { s.publish(&delivery{op: opClosed, err: why}) 
 
 // streamFrame returns d as a server-scope STREAM Send for a slot at addr, encoded once.
 func (d *delivery) streamFrame(addr subAddr) (session.Frame, error) {
+	if addr.ref != "" {
+		// A reference's member: each holder has its own handle.
+		f := d.toFrame(addr, "", 0)
+		return session.EncodeSend(f.name, wire.CodecJSON, f.payload, f.md)
+	}
 	d.frameOnce.Do(func() {
 		f := d.toFrame(addr, "", 0)
 		d.frame, d.frameErr = session.EncodeSend(f.name, wire.CodecJSON, f.payload, f.md)

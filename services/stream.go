@@ -294,6 +294,7 @@ func callFromMetadata(get func(string) (string, bool), payload []byte, c wire.Co
 		}
 		call.Key, call.Generation = key, gen
 	}
+	call.Ref, _ = get(MetaRef)
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := get(k); ok {
 			if call.Trace == nil {
@@ -475,6 +476,9 @@ func (s *StreamConnection) call(ctx context.Context, call Call, extra ...connect
 	}
 	if call.Key != "" {
 		opts = append(opts, connector.WithMetadata(MetaKey, call.Key), connector.WithMetadata(MetaGeneration, strconv.FormatUint(call.Generation, 10)))
+	}
+	if call.Ref != "" {
+		opts = append(opts, connector.WithMetadata(MetaRef, call.Ref))
 	}
 	for k, v := range call.Trace {
 		opts = append(opts, connector.WithMetadata(k, v))

@@ -229,6 +229,9 @@ func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) 
 				if err != nil {
 					return nil, err
 				}
+				if r, ok := any(out).(refResult); ok {
+					return registerRef(ctx, r.refObj())
+				}
 				if _, void := any(out).(struct{}); void {
 					return nil, nil // a void result: a success with no result
 				}
@@ -250,16 +253,20 @@ func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) 
 			}
 			switch r := v.(type) {
 			case Out:
-				return r, nil
+				out = r
 			case json.RawMessage:
 				if err := decodeStrict(r, &out); err != nil {
 					return out, &Error{Code: CodeInvalidResult, Message: err.Error()}
 				}
-				return out, nil
 			case nil:
 				return out, nil
+			default:
+				return out, &Error{Code: CodeInvalidResult, Message: fmt.Sprintf("result of type %T", v)}
 			}
-			return out, &Error{Code: CodeInvalidResult, Message: fmt.Sprintf("result of type %T", v)}
+			if rb, ok := any(&out).(refBinder); ok {
+				rb.cameBy(f) // a private reference: reached the way this facade is
+			}
+			return out, nil
 		}}
 	}
 }

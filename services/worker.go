@@ -107,11 +107,11 @@ func (w *worker) Receive(ctx *actor.Context) {
 			_ = ctx.Reply(staleAttachment())
 			return
 		}
-		raw, err := c.ep.subscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, member: m.Member}, nil)
+		raw, err := c.ep.subscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member}, nil)
 		_ = ctx.Reply(answerOf(raw, err))
 	case *workerUnsubscribe:
 		if c := w.clients[m.Client]; c != nil {
-			c.ep.unsubscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, member: m.Member})
+			c.ep.unsubscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member})
 		}
 	case *pubFlush:
 		w.flush(ctx)
@@ -267,7 +267,7 @@ func (w *worker) publish(ctx *actor.Context, h pubHeader, value []byte) {
 		_, err = ctx.Publish(w.topic, pubName, b, actor.WithCodec(wire.CodecRaw))
 	}
 	if err != nil && errors.Is(err, topic.ErrTooLarge) && h.Kind != pubResync {
-		w.publish(ctx, pubHeader{Kind: pubResync, Incarnation: h.Incarnation, Svc: h.Svc, Key: h.Key, Gen: h.Gen, Member: h.Member, Seq: h.Seq}, nil)
+		w.publish(ctx, pubHeader{Kind: pubResync, Incarnation: h.Incarnation, Svc: h.Svc, Key: h.Key, Gen: h.Gen, Ref: h.Ref, Member: h.Member, Seq: h.Seq}, nil)
 		return
 	}
 	if err != nil && w.host != nil {
@@ -305,7 +305,7 @@ func (w *worker) call(ctx *actor.Context, m *workerCall) {
 		wp     *workerPending
 	)
 	post := ctx.Poster()
-	call := Call{Service: m.Svc, Key: m.Key, Generation: m.Gen, Member: m.Member, Args: m.Args, Trace: m.Trace}
+	call := Call{Service: m.Svc, Key: m.Key, Generation: m.Gen, Ref: m.Ref, Member: m.Member, Args: m.Args, Trace: m.Trace}
 	c.ep.Serve(m.Rid, call, func(raw json.RawMessage, err error) {
 		mu.Lock()
 		if inTurn {

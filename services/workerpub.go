@@ -14,13 +14,20 @@ import (
 
 type publisher struct {
 	mu      sync.Mutex // the watch counts (taken before a slot's lock)
-	watched map[*slot]*pubEntry
+	watched map[pubKey]*pubEntry
 
 	omu    sync.Mutex // the queue (taken under a slot's lock, by its watcher)
 	outbox []pubItem
 	posted bool
 	post   func() // asks for a turn of the worker to publish the queue
 	closed bool
+}
+
+// pubKey is a watched member: its slot, and the address its subscribers use (a
+// reference's member is addressed by each holder's own handle).
+type pubKey struct {
+	sl   *slot
+	addr subAddr
 }
 
 type pubEntry struct {
@@ -34,27 +41,29 @@ type pubItem struct {
 }
 
 func newPublisher(post func()) *publisher {
-	return &publisher{watched: map[*slot]*pubEntry{}, post: post}
+	return &publisher{watched: map[pubKey]*pubEntry{}, post: post}
 }
 
-// add counts one more subscription of sl and returns the snapshot it starts from.
-func (p *publisher) add(sl *slot) (snapshotReply, func(), *Error) {
+// add counts one more subscription of sl (at address a) and returns the snapshot it
+// starts from.
+func (p *publisher) add(sl *slot, a subAddr) (snapshotReply, func(), *Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var snap snapshotReply
-	e := p.watched[sl]
+	k := pubKey{sl: sl, addr: a}
+	e := p.watched[k]
 	if e == nil {
 		stop, err := sl.watchFrom(func(seq uint64, raw json.RawMessage, _ any) {
 			snap = snapshotReply{Seq: seq, Value: raw}
 		}, func(d *delivery) bool {
-			p.enqueue(sl.addr, d)
+			p.enqueue(a, d)
 			return true
 		}, nil)
 		if err != nil {
 			return snap, nil, err
 		}
 		e = &pubEntry{stop: stop}
-		p.watched[sl] = e
+		p.watched[k] = e
 	} else {
 		// Watched already: whatever follows this snapshot is queued, and a presentation
 		// drops what it covers.
@@ -66,15 +75,15 @@ func (p *publisher) add(sl *slot) (snapshotReply, func(), *Error) {
 	}
 	e.refs++
 	var once sync.Once
-	return snap, func() { once.Do(func() { p.release(sl, e) }) }, nil
+	return snap, func() { once.Do(func() { p.release(k, e) }) }, nil
 }
 
-func (p *publisher) release(sl *slot, e *pubEntry) {
+func (p *publisher) release(k pubKey, e *pubEntry) {
 	p.mu.Lock()
 	e.refs--
-	last := e.refs == 0 && p.watched[sl] == e
+	last := e.refs == 0 && p.watched[k] == e
 	if last {
-		delete(p.watched, sl)
+		delete(p.watched, k)
 	}
 	p.mu.Unlock()
 	if last {
@@ -111,7 +120,7 @@ func (p *publisher) take() []pubItem {
 func (p *publisher) close() []pubItem {
 	p.mu.Lock()
 	watched := p.watched
-	p.watched = map[*slot]*pubEntry{}
+	p.watched = map[pubKey]*pubEntry{}
 	p.mu.Unlock()
 	for _, e := range watched {
 		e.stop()
