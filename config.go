@@ -46,6 +46,12 @@ type Config struct {
 	// dashboard can read every member's figures. It must be dialable by peers (not a
 	// wildcard host). Empty: none is gossiped.
 	AdminAddr string
+	// Version is the build version this node announces to the other members
+	// (mesh.Member.Versions). Empty: the main module's version from the binary's build
+	// information.
+	Version string
+	// Revision is the VCS revision this node announces (empty: the build information's).
+	Revision string
 	// Timing is memberlist's timing: mesh.PresetLAN (default), PresetLocal, PresetTest.
 	Timing mesh.Preset
 	// PeerWindowRecords and PeerWindowBytes bound the records toward one peer node not

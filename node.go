@@ -75,7 +75,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.mesh, err = mesh.Start(ctx, mesh.Config{
 		RID: cfg.NodeID, BindHost: cfg.BindHost, AdvertiseHost: cfg.AdvertiseHost,
-		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr,
+		MeshPort: cfg.MeshPort, RemotePort: cfg.RemotePort, Join: cfg.Join, Preset: cfg.Timing, AdminAddr: cfg.AdminAddr, Build: cfg.Version, Revision: cfg.Revision,
 		PeerWindowRecords: cfg.PeerWindowRecords, PeerWindowBytes: cfg.PeerWindowBytes,
 		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, NoCoalescing: cfg.NoRecordCoalescing,
 	})

@@ -2,9 +2,12 @@ package actor
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/internal/histogram"
 )
 
 // Idle collection, as Orleans collects grain activations past their collection age and
@@ -155,9 +158,15 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
-	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum", metric.WithUnit("1"),
+	// No unit: the exporter would name a gauge of unit "1" a ratio; this is a 0/1 state.
+	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum",
 		metric.WithDescription("1 while this node sees a majority of the mesh and places Actors (keep-majority), 0 otherwise."))
 	if err != nil {
+		return err
+	}
+	if h.turnDuration, err = m.Float64Histogram("meshnode.actor.turn.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of Actor turns (one Receive each), sampled: the first turn of each activation and one in "+strconv.Itoa(turnSample)+" after it."),
+		metric.WithExplicitBucketBoundaries(histogram.Seconds...)); err != nil {
 		return err
 	}
 	h.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {

@@ -181,23 +181,28 @@ func (c *Context) Push(name string, v any, opts ...PushOption) error {
 	if b == nil {
 		return ErrNotBound
 	}
+	codec, payload, err := c.encodeOut(v, opts)
+	if err != nil {
+		return fault.Errorf(fault.InvalidOperation, "actor: push %s: %w", name, err)
+	}
+	return b.Push(c.turn(), name, codec, payload)
+}
+
+// encodeOut encodes what an Actor sends a session (Push, Publish): v in JSON, or the
+// codec WithCodec names; a []byte as it is, raw unless WithCodec names its codec.
+func (c *Context) encodeOut(v any, opts []PushOption) (wire.Codec, []byte, error) {
 	o := pushOptions{codec: wire.CodecJSON}
 	for _, fn := range opts {
 		fn(&o)
 	}
-	var payload []byte
 	if raw, ok := v.([]byte); ok {
 		if !o.set {
 			o.codec = wire.CodecRaw
 		}
-		payload = raw
-	} else {
-		var err error
-		if payload, err = c.host.codecs.Marshal(o.codec, v); err != nil {
-			return fault.Errorf(fault.InvalidOperation, "actor: push %s: %w", name, err)
-		}
+		return o.codec, raw, nil
 	}
-	return b.Push(c.turn(), name, o.codec, payload)
+	payload, err := c.host.codecs.Marshal(o.codec, v)
+	return o.codec, payload, err
 }
 
 // CloseSession asks the bound session's owner to close the session with reason.

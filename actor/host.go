@@ -160,6 +160,7 @@ type Host struct {
 	storeTimeout    time.Duration
 	storeCounts     storeCounts
 	activating      map[string]chan struct{} // ids of persisting kinds claiming their record (activateLocal)
+	turnDuration    metric.Float64Histogram  // sampled Actor turn durations (collect.go)
 	stopSweep       chan struct{}
 	sweepDone       chan struct{}
 }
@@ -763,7 +764,13 @@ type shell struct {
 	forwardGen  uint64        // the lifecycle of the node it moved to
 	holdReplies bool          // a SaveEveryTurn turn: replies wait for its save
 	heldReplies []heldReply
+	turns       uint32 // turns delivered, for sampling their duration
 }
+
+// turnSample: one turn in turnSample of each activation (and its first) is timed for
+// meshnode.actor.turn.duration. Two clock reads and a histogram update cost about
+// 200 ns, a fifth of a small turn; one in 8 costs a fortieth.
+const turnSample = 8
 
 func (s *shell) Receive(pctx proto.Context) {
 	s.pctx = pctx
@@ -1021,7 +1028,15 @@ func (s *shell) receive(actx *Context) {
 			s.panicked(r, actx)
 		}
 	}()
+	if s.turns++; s.turns%turnSample == 1 && s.h.turnDuration != nil {
+		defer s.h.observeTurn(time.Now())
+	}
 	s.impl.Receive(actx)
+}
+
+// observeTurn records the duration of a turn that started at start.
+func (h *Host) observeTurn(start time.Time) {
+	h.turnDuration.Record(context.Background(), time.Since(start).Seconds())
 }
 
 // guard runs a layer's hook in a turn; a panic is logged and goes no further.

@@ -414,8 +414,9 @@ func TestPersistence_StateOverTheLimitIsRefusedTyped(t *testing.T) {
 	if r := stored(t, h.Store(), "ledger", "acct"); r.Version != before.Version || !bytes.Equal(r.Data, before.Data) {
 		t.Fatal("the refused save changed the record")
 	}
-	if s := h.StoreStats(); s.TooLarge != 1 || s.Stops != 1 {
-		t.Fatalf("store stats %+v", s)
+	// The refusal is answered first; the activation stops right after, in its turn.
+	if err := c.WaitUntil(wait, func() bool { s := h.StoreStats(); return s.TooLarge == 1 && s.Stops == 1 }); err != nil {
+		t.Fatalf("store stats %+v", h.StoreStats())
 	}
 	mustDeposit(t, h, "ledger", "acct", 1, 4) // from the last saved state
 }

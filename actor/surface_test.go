@@ -66,6 +66,35 @@ type seen struct {
 	proto   []string
 	raw     []string
 	waited  chan error
+	// held gets the N of each Hold the replier has taken (its request is then in flight
+	// at the Actor); waiting is signalled when a Wait turn has started.
+	held    chan int
+	waiting chan struct{}
+}
+
+// signal sends v on ch without ever blocking an Actor's turn (the channels are
+// buffered beyond what a test sends).
+func signal[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// awaitHeld waits until the replier has taken Hold{N: n}: the request is at the Actor.
+func (s *seen) awaitHeld(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case got := <-s.held:
+			if got == n {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("Hold{N: %d} never reached the replier", n)
+		}
+	}
 }
 
 func (s *seen) add(f func()) {
@@ -93,6 +122,7 @@ func (r *replier) Receive(ctx *actor.Context) {
 		if err == nil {
 			r.held = append(r.held, p)
 		}
+		signal(r.s.held, m.N)
 	case *Release:
 		for i, p := range r.held {
 			_ = p.Reply(&Pong{N: i})
@@ -101,6 +131,7 @@ func (r *replier) Receive(ctx *actor.Context) {
 	case *Boom:
 		panic("boom")
 	case *Wait:
+		signal(r.s.waiting, struct{}{})
 		<-ctx.Done()
 		r.s.waited <- ctx.Err()
 	case *meshpb.LookupRequest:
@@ -142,7 +173,7 @@ func (c *surface) host(i int) *actor.Host { return c.Node(i).Actors() }
 
 // startSurface starts n nodes hosting the replier and asker kinds; adjust sets bounds.
 func startSurface(t *testing.T, n int, adjust func(cfg *meshnode.Config)) *surface {
-	c := &surface{s: &seen{waited: make(chan error, 4)}}
+	c := &surface{s: &seen{waited: make(chan error, 4), held: make(chan int, 16), waiting: make(chan struct{}, 4)}}
 	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
 		cfg.Messages = messages
 		cfg.Kinds = []actor.Kind{
@@ -258,13 +289,15 @@ func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
 		t.Fatalf("unknown kind: %v, want fault.NotFound", err)
 	}
 	// The target's node dies while the request waits.
+	// It is killed only once the Actor holds the request: a kill before the request
+	// reached it would fail the request Unavailable too, without the in-flight path.
 	doomed := actor.Address{Kind: "replier", ID: c.idOn(t, "replier", 2)}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.host(0).Request(reqCtx(t), doomed, Hold{})
+		_, err := c.host(0).Request(reqCtx(t), doomed, Hold{N: 1})
 		errc <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // let the request reach the node (a failure before is Unavailable too)
+	c.s.awaitHeld(t, 1)
 	c.Kill(2)
 	select {
 	case err := <-errc:
@@ -290,7 +323,7 @@ func TestSurface_LaterAndRequestsFromAnActor(t *testing.T) {
 		}
 		done <- v
 	}()
-	time.Sleep(100 * time.Millisecond) // the Hold is taken; a Release before it answers nothing
+	c.s.awaitHeld(t, 0) // a Release before the Hold is taken answers nothing
 	if err := c.host(0).Send(reqCtx(t), target, Release{}); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +348,11 @@ func TestSurface_TurnContextCancelledWhenTheActivationStops(t *testing.T) {
 	if err := c.host(0).Send(reqCtx(t), actor.Address{Kind: "replier", ID: id}, Wait{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the Wait turn starts
+	select { // the Wait turn has started: its context is what is cancelled
+	case <-c.s.waiting:
+	case <-time.After(wait):
+		t.Fatal("the Wait turn never started")
+	}
 	c.host(0).Deactivate(id)
 	select {
 	case err := <-c.s.waited:

@@ -49,23 +49,11 @@ func (c *Context) Publish(topic, name string, v any, opts ...PushOption) (uint64
 	if b == nil {
 		return 0, ErrNoTopics
 	}
-	o := pushOptions{codec: wire.CodecJSON}
-	for _, fn := range opts {
-		fn(&o)
+	codec, payload, err := c.encodeOut(v, opts)
+	if err != nil {
+		return 0, fault.Errorf(fault.InvalidOperation, "actor: publish %s to %s: %w", name, topic, err)
 	}
-	var payload []byte
-	if raw, ok := v.([]byte); ok {
-		if !o.set {
-			o.codec = wire.CodecRaw
-		}
-		payload = raw
-	} else {
-		var err error
-		if payload, err = c.host.codecs.Marshal(o.codec, v); err != nil {
-			return 0, fault.Errorf(fault.InvalidOperation, "actor: publish %s to %s: %w", name, topic, err)
-		}
-	}
-	return b.Publish(c.turn(), topic, name, o.codec, payload)
+	return b.Publish(c.turn(), topic, name, codec, payload)
 }
 
 // SubscribeSession subscribes the session bound to this Actor to topic: it receives

@@ -129,7 +129,9 @@ type Binder struct {
 	drops       dropCounters
 	unsubscribe func()
 	metricsReg  metric.Registration
-	ratelog     ratelog.Limiter
+	// relayLatency: relayed Requests from relay to reply (metrics.go).
+	relayLatency metric.Float64Histogram
+	ratelog      ratelog.Limiter
 
 	tracer      trace.Tracer // nil: tracing off
 	badCarriers *traceprop.BadCarriers

@@ -5,6 +5,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/meshnode/meshnode/internal/histogram"
 )
 
 // registerMetrics exports Stats and the drop counters as observable instruments (read
@@ -49,6 +51,11 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 	held, err := m.Int64ObservableGauge("meshnode.binding.relocation.held", metric.WithUnit("{packet}"),
 		metric.WithDescription("Relays held by relocation seals of this node's sessions."))
 	if err != nil {
+		return err
+	}
+	if b.relayLatency, err = m.Float64Histogram("meshnode.binding.relayed_request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Latency of this node's sessions' relayed Requests that got their Actor's reply: from the relay to the reply's arrival here."),
+		metric.WithExplicitBucketBoundaries(histogram.Seconds...)); err != nil {
 		return err
 	}
 	event := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("event", v)) }

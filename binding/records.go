@@ -96,21 +96,11 @@ func packetMetadata(m wire.Metadata) swire.Metadata {
 	return out
 }
 
-// contentType returns the content type of a STREAM codec number.
-func contentType(codecs *codec.Registry, id swire.Codec) string {
-	if c, err := codecs.Lookup(id); err == nil {
-		return c.ContentType()
-	}
-	return codec.ContentTypeRaw
-}
+// contentType returns the content type of a STREAM codec number (raw when unknown).
+func contentType(codecs *codec.Registry, id swire.Codec) string { return codecs.ContentTypeOf(id) }
 
 // codecOf returns the STREAM codec number of a content type (raw when unknown).
-func codecOf(codecs *codec.Registry, ct string) swire.Codec {
-	if c, err := codecs.ByContentType(ct); err == nil {
-		return c.ID()
-	}
-	return swire.CodecRaw
-}
+func codecOf(codecs *codec.Registry, ct string) swire.Codec { return codecs.CodecOf(ct) }
 
 // Reply data of record 36 ($zlink.reply): u64 session sequence, u8 STREAM kind
 // (3 Response, 4 Error), then the reply payload (for an Error, the JSON error payload).

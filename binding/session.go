@@ -57,6 +57,7 @@ type pendingRequest struct {
 	gen      uint64
 	node     mesh.NodeID // where the Actor lives: its failure fails the request
 	deadline int64       // unix nanos; 0: none
+	start    time.Time   // when it was relayed, for the latency histogram
 }
 
 // Binding describes one current binding.
@@ -122,8 +123,9 @@ func (s *Session) bindsChanged() {
 
 // addRequest records a relayed Request. s.mu is held.
 func (s *Session) addRequest(seq uint64, pr pendingRequest) {
+	pr.start = time.Now()
 	if d := s.b.opts.RelayTimeout; d > 0 {
-		pr.deadline = time.Now().Add(d).UnixNano()
+		pr.deadline = pr.start.Add(d).UnixNano()
 		if s.expiryAt == 0 {
 			s.armExpiry(pr.deadline)
 		}
@@ -532,6 +534,9 @@ func (s *Session) takeRequest(seq, gen uint64) *session.Packet {
 		return nil
 	}
 	s.removeRequest(seq)
+	if h := s.b.relayLatency; h != nil {
+		h.Record(context.Background(), time.Since(pr.start).Seconds())
+	}
 	return pr.pkt
 }
 

@@ -262,7 +262,7 @@ func (o *outbox) clear() {
 // queued. Records beyond one envelope's bounds stay queued, and a new placeholder is
 // posted for them.
 func (o *outbox) Serialize() (remote.RootSerialized, error) {
-	w, ack := o.take()
+	w, ack := o.take(true)
 	if w == nil {
 		l := o.link
 		return &meshpb.Envelope{FromRid: l.n.id.RID, FromGeneration: l.n.id.Generation,
@@ -273,7 +273,9 @@ func (o *outbox) Serialize() (remote.RootSerialized, error) {
 
 // take seals the next envelope of the queue: a numbered batch, or nil when nothing is
 // queued; ack is the acknowledgement it (or the envelope sent instead) carries.
-func (o *outbox) take() (w *wireBatch, ack uint64) {
+// When sending, the wait of its first record (since the placeholder was posted for
+// it) is recorded as the record send latency.
+func (o *outbox) take(sending bool) (w *wireBatch, ack uint64) {
 	l := o.link
 	n := l.n
 	l.mu.Lock()
@@ -286,7 +288,11 @@ func (o *outbox) take() (w *wireBatch, ack uint64) {
 		b, o.cur = o.cur, batchBuf{}
 	}
 	var seq uint64
+	var waited time.Duration
 	if b.records > 0 {
+		if sending {
+			waited = time.Since(o.postedAt)
+		}
 		o.lastSize = len(b.w.records())
 		l.nextSeq++
 		seq = l.nextSeq
@@ -306,6 +312,9 @@ func (o *outbox) take() (w *wireBatch, ack uint64) {
 	if b.records == 0 {
 		return nil, ack
 	}
+	if sending {
+		n.metrics.sendLatency.Record(context.Background(), waited.Seconds())
+	}
 	b.w.seal(n.id, l.id, seq, ack)
 	return b.w, ack
 }
@@ -314,7 +323,7 @@ func (o *outbox) take() (w *wireBatch, ack uint64) {
 // to the peer): its records are numbered as if sent, so that the peer's next
 // acknowledgement releases them, and each is reported as a dead letter.
 func (o *outbox) undelivered() {
-	w, _ := o.take()
+	w, _ := o.take(false)
 	if w != nil {
 		l := o.link
 		o.link.n.deadBatch(&meshpb.Envelope{FromRid: l.n.id.RID, FromGeneration: l.n.id.Generation,

@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sort"
@@ -34,7 +35,32 @@ type Member struct {
 	// gossips none.
 	AdminAddr string
 	State     MemberState
+	// Since is when this node saw the member enter its state (joined, failed, left, or
+	// became suspect); zero for this node's own entry before it is applied.
+	Since time.Time
+	// Versions is what the member announces of its build and wire formats; zero when
+	// it gossips node metadata older than version 3 (docs/upgrading.md).
+	Versions Versions
 }
+
+// Versions is what a node announces of itself (node metadata version 3): its build
+// and the versions of the wire formats it speaks (internal/buildinfo).
+type Versions struct {
+	// Build is the module version of its binary (v1.4.0, a pseudo-version, or
+	// "(devel)"); Revision the VCS revision it was built from, shortened.
+	Build    string `json:"build"`
+	Revision string `json:"revision,omitempty"`
+	// Stream is the STREAM wire version, Service the service-wire major of the
+	// records, Meta the newest node metadata version it reads, Snapshot the format of
+	// an Actor's state in a move.
+	Stream   uint8 `json:"stream"`
+	Service  uint8 `json:"serviceWire"`
+	Meta     uint8 `json:"nodeMeta"`
+	Snapshot uint8 `json:"stateSnapshot"`
+}
+
+// IsZero reports whether nothing was announced (a member of an older build).
+func (v Versions) IsZero() bool { return v == Versions{} }
 
 // EventType says what happened to a member.
 type EventType int
@@ -99,6 +125,40 @@ type membership struct {
 	joinOnce sync.Once
 	selfLive chan struct{} // closed once this node's own join is applied
 	selfOnce sync.Once
+
+	legacyMeta   bool     // Config.legacyMeta (tests only)
+	selfVersions Versions // what this node announces
+
+	// dmax is the delegate protocol maximum of each live memberlist node, by name
+	// (readable metadata or not): metaV3Capable says it reads node metadata version 3.
+	dmaxMu sync.Mutex
+	dmax   map[string]uint8
+
+	// review is signalled after each change applied: the node then reviews which node
+	// metadata version to write (Node.metaLoop).
+	review chan struct{}
+
+	// suspects are the members whose last probe by this node's failure detector got no
+	// ack (memberlist keeps its suspicion private; it logs this one), by RID, with
+	// when; a direct ack or a membership change of the member clears it.
+	suspects sync.Map // string -> time.Time
+
+	// conflictMu guards conflict: the first live member seen with this node's RID at
+	// another address (memberlist refuses such a node on both sides). settled: this
+	// node joined (or had no seed): a later conflict is another process that was
+	// refused, not this one.
+	conflictMu sync.Mutex
+	conflict   *ridConflict
+	settled    atomic.Bool
+	settledAt  time.Time     // written once, before seeded closes
+	seeded     chan struct{} // closed when settled
+	refused    chan struct{} // closed when a join found this node's RID live (joinLoop)
+}
+
+// ridConflict is a live member that holds this node's RID at another address.
+type ridConflict struct {
+	addr, admin string
+	generation  uint64
 }
 
 type rawKind int
@@ -118,7 +178,8 @@ type rawEvent struct {
 
 func newMembership(self NodeID, meta []byte, log *slog.Logger) *membership {
 	m := &membership{self: self, log: log, meta: meta, subs: map[int]func(MemberEvent){}, done: make(chan struct{}), joined: make(chan struct{}),
-		selfLive: make(chan struct{})}
+		selfLive: make(chan struct{}), review: make(chan struct{}, 1),
+		seeded: make(chan struct{}), refused: make(chan struct{}), dmax: map[string]uint8{}}
 	m.qcond = sync.NewCond(&m.qmu)
 	m.table.Store(&memberTable{byRID: map[string]*Member{}})
 	go m.run()
@@ -141,6 +202,75 @@ func (m *membership) NotifyMsg([]byte)                           {}
 func (m *membership) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (m *membership) LocalState(join bool) []byte                { return nil }
 func (m *membership) MergeRemoteState(buf []byte, join bool)     {}
+
+// memberlist.ConflictDelegate: a member with this node's RID at another address. Both
+// memberlists refuse the other; when this node has not joined yet, its start fails
+// (Node.joinRefused), else it logs that another process was refused.
+func (m *membership) NotifyConflict(existing, other *memberlist.Node) {
+	if existing.Name != m.self.RID {
+		return // between two other members: memberlist logs it
+	}
+	meta, _ := decodeMeta(other.Meta)
+	if m.settled.Load() {
+		m.log.Warn("mesh: another process started with this node's id; the mesh refused it and keeps this node",
+			"rid", m.self.RID, "other", other.Address(), "otherGeneration", meta.Generation)
+		return
+	}
+	m.conflictMu.Lock()
+	if m.conflict == nil {
+		m.conflict = &ridConflict{addr: other.Address(), admin: meta.AdminAddr, generation: meta.Generation}
+	}
+	m.conflictMu.Unlock()
+}
+
+// settle marks this node as in the mesh: it joined through a seed, or has none. From
+// here a live member with its RID is another process, which the mesh refuses.
+func (m *membership) settle() {
+	if m.settled.CompareAndSwap(false, true) {
+		m.settledAt = time.Now()
+		close(m.seeded)
+	}
+}
+
+// refusal returns the error of a node whose RID a live member holds, or nil.
+func (m *membership) refusal() error {
+	m.conflictMu.Lock()
+	c := m.conflict
+	m.conflictMu.Unlock()
+	if c == nil {
+		return nil
+	}
+	admin := ""
+	if c.admin != "" {
+		admin = ", admin " + c.admin
+	}
+	return fmt.Errorf("%w: %q is the live member at %s (generation %d%s); this process was refused and the mesh is unchanged: give it another id (Config.RID, --node-id)",
+		ErrDuplicateRID, m.self.RID, c.addr, c.generation, admin)
+}
+
+// memberlist.PingDelegate: a direct ack clears a suspicion of the member.
+func (m *membership) AckPayload() []byte { return nil }
+func (m *membership) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
+	m.suspects.Delete(other.Name)
+}
+
+// suspected records that this node's failure detector got no ack from rid.
+func (m *membership) suspected(rid string) {
+	m.suspects.LoadOrStore(rid, time.Now())
+}
+
+// withSuspicion marks the alive members this node suspects (suspects) as suspect.
+func (m *membership) withSuspicion(members []Member) []Member {
+	for i := range members {
+		if members[i].State != StateAlive {
+			continue
+		}
+		if at, ok := m.suspects.Load(members[i].ID.RID); ok {
+			members[i].State, members[i].Since = StateSuspect, at.(time.Time)
+		}
+	}
+	return members
+}
 
 // memberlist.EventDelegate.
 func (m *membership) NotifyJoin(n *memberlist.Node)   { m.push(rawJoin, n) }
@@ -208,7 +338,11 @@ func (m *membership) stop() {
 
 // apply turns one memberlist notification into table changes and member events.
 func (m *membership) apply(ev rawEvent) {
+	m.noteCapability(ev)
 	meta, err := decodeMeta(ev.node.Meta)
+	if err == nil && m.legacyMeta && ev.node.Meta[0] >= metaVersion3 {
+		err = errBadMeta // as a build before version 3 reads it
+	}
 	if err != nil {
 		m.log.Warn("mesh: ignoring member with unreadable metadata", "name", ev.node.Name, "err", err)
 		return
@@ -220,7 +354,11 @@ func (m *membership) apply(ev rawEvent) {
 		AdvertiseHost: meta.AdvertiseHost,
 		AdminAddr:     meta.AdminAddr,
 		State:         StateAlive,
+		Since:         time.Now(),
+		Versions:      meta.Versions,
 	}
+	defer m.signalReview()
+	m.suspects.Delete(mem.ID.RID)
 	old := m.table.Load()
 	var prev Member
 	prevp, had := old.byRID[mem.ID.RID]
@@ -231,9 +369,10 @@ func (m *membership) apply(ev rawEvent) {
 	switch ev.kind {
 	case rawJoin, rawUpdate:
 		if had && prev.ID.Generation == mem.ID.Generation && prev.State == StateAlive {
-			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr && prev.AdminAddr == mem.AdminAddr {
+			if prev.RemoteAddr == mem.RemoteAddr && prev.MeshAddr == mem.MeshAddr && prev.AdminAddr == mem.AdminAddr && prev.Versions == mem.Versions {
 				return // nothing we track changed
 			}
+			mem.Since = prev.Since // the same lifecycle, still alive
 		} else {
 			if had && prev.ID.Generation != mem.ID.Generation && (prev.State == StateAlive || prev.State == StateSuspect) {
 				// A restart that memberlist saw as an update: the old lifecycle is over.
@@ -286,6 +425,39 @@ func (m *membership) apply(ev rawEvent) {
 		}
 		m.log.Log(context.Background(), lv, "mesh: member "+e.Type.String(), "rid", e.Member.ID.RID, "generation", e.Member.ID.Generation, "addr", e.Member.MeshAddr)
 		m.emit(e)
+	}
+}
+
+// noteCapability records whether the node of a memberlist notification reads node
+// metadata version 3, whatever its metadata (an older node may not read ours).
+func (m *membership) noteCapability(ev rawEvent) {
+	m.dmaxMu.Lock()
+	defer m.dmaxMu.Unlock()
+	if ev.kind == rawLeave {
+		delete(m.dmax, ev.node.Name)
+		return
+	}
+	m.dmax[ev.node.Name] = ev.node.DMax
+	m.signalReview()
+}
+
+// allReadV3 reports whether every live node reads node metadata version 3.
+func (m *membership) allReadV3() bool {
+	m.dmaxMu.Lock()
+	defer m.dmaxMu.Unlock()
+	for _, d := range m.dmax {
+		if d < metaV3Capable {
+			return false
+		}
+	}
+	return true
+}
+
+// signalReview asks for a review of the metadata version (non-blocking).
+func (m *membership) signalReview() {
+	select {
+	case m.review <- struct{}{}:
+	default:
 	}
 }
 
@@ -357,12 +529,16 @@ func (m *membership) liveAt(addr string) (Member, bool) {
 	return Member{}, false
 }
 
-// members returns every known member sorted by RID.
+// members returns every known member sorted by RID. This node's own entry has its
+// versions even while it gossips metadata older than version 3.
 func (m *membership) members() []Member {
 	t := m.table.Load()
 	out := make([]Member, 0, len(t.byRID))
 	for _, mem := range t.byRID {
 		out = append(out, *mem)
+		if mem.ID == m.self {
+			out[len(out)-1].Versions = m.selfVersions
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID.RID < out[j].ID.RID })
 	return out
@@ -411,6 +587,8 @@ type slogWriter struct {
 	// stopping: once this node is stopping, memberlist's complaints (a gossip sent on
 	// the transport its own shutdown just closed) are the shutdown, not a fault.
 	stopping *atomic.Bool
+	// onSuspect is told the name of each member this node's failure detector suspects.
+	onSuspect func(name string)
 }
 
 // memberlistLevels maps memberlist's log prefixes to levels.
@@ -425,6 +603,10 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		switch {
 		case strings.Contains(msg, "memberlist: Suspect ") && strings.Contains(msg, "has failed, no acks received"):
 			w.counts.suspected.Add(1)
+			if w.onSuspect != nil {
+				name, _, _ := strings.Cut(msg[strings.Index(msg, "memberlist: Suspect ")+len("memberlist: Suspect "):], " has failed")
+				w.onSuspect(name)
+			}
 		case strings.Contains(msg, "memberlist: Refuting a suspect message"), strings.Contains(msg, "memberlist: Refuting a dead message"):
 			w.counts.refuted.Add(1)
 		}
@@ -457,6 +639,20 @@ func (m *membership) joinLoop(seeds []string, stop <-chan struct{}, first error)
 		}
 		var n int
 		n, err = m.list.Join(seeds)
+		if n > 0 && !m.settled.Load() {
+			if m.refusal() != nil {
+				close(m.refused) // the node is closed by its owner; no more joins
+				return
+			}
+			// As in Start: settled once the seed's members are applied, so that the
+			// node sees them when it is told it is in the mesh.
+			select {
+			case <-m.barrier():
+			case <-stop:
+				return
+			}
+			m.settle()
+		}
 		if err == nil && n > 0 {
 			m.log.Info("mesh: joined", "seeds", strings.Join(seeds, ","), "contacted", n)
 			return

@@ -118,9 +118,22 @@ func TestStartReturnsWithTheSeedsMembersLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		live := n.Membership().Live()
+		left := n.ID()
 		_ = n.Leave(context.Background())
 		if len(live) != 4 {
 			t.Fatalf("round %d: Start returned seeing %d live members, want 4: %v", round, len(live), live)
+		}
+		// The next round joins through another seed: it must not hear of this node as
+		// live from a seed that has not processed its leave yet.
+		if err := c.WaitUntil(wait, func() bool {
+			for i := 0; i < 3; i++ {
+				if c.Node(i).Membership().IsLive(left) {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			t.Fatalf("round %d: the seeds still see the node that left: %v", round, err)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
+	"github.com/meshnode/meshnode/internal/buildinfo"
 	"github.com/meshnode/meshnode/internal/grpcbuf"
 	"github.com/meshnode/meshnode/internal/logfloor"
 	"github.com/meshnode/meshnode/internal/workpool"
@@ -89,6 +90,15 @@ type Config struct {
 	// figures. Empty: none is gossiped. Peers must be able to dial it: not a wildcard
 	// host.
 	AdminAddr string
+	// Build and Revision are the build version and VCS revision this node announces to
+	// the others (Member.Versions, node metadata version 3), at most 64 and 40 bytes.
+	// Empty: the main module's version and revision from the binary's build
+	// information.
+	Build, Revision string
+
+	// legacyMeta plays a build from before node metadata version 3 (tests only): it
+	// neither says it reads version 3 nor writes it, and ignores members that write it.
+	legacyMeta bool
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -100,10 +110,12 @@ type Node struct {
 	remote *remote.Remote
 	// pool runs the record receiver and the endpoint writers toward peers on
 	// long-lived goroutines (a fresh goroutine's stack grows again on every batch).
-	pool     *workpool.Pool
-	members  *membership
-	metrics  *meshMetrics
-	handlers atomic.Pointer[map[wire.Command]RecordHandler]
+	pool    *workpool.Pool
+	members *membership
+	// membersSet is set once members is: the metrics callback reads members only then.
+	membersSet atomic.Bool
+	metrics    *meshMetrics
+	handlers   atomic.Pointer[map[wire.Command]RecordHandler]
 	// inline: the handlers registered with Records.HandleInline, by command, which
 	// may run on the peer connection's reader; ownPending: records in the record
 	// receiver's mailbox or being handled there (no record runs inline while there
@@ -120,7 +132,11 @@ type Node struct {
 	wg         sync.WaitGroup
 	meshAddr   string
 	remAddr    string
-	meta       nodeMeta
+	// meta is what this node gossips; metaV3 whether it writes version 3 (meta.go:
+	// once every live member reads it), changed by metaLoop under metaMu.
+	meta   nodeMeta
+	metaMu sync.Mutex
+	metaV3 bool
 
 	flow *flow
 	// coalesce: records toward a peer are coalesced (Config.NoCoalescing off).
@@ -145,6 +161,9 @@ type Node struct {
 // Errors of node start-up.
 var (
 	ErrConfig = fault.New(fault.NotConfigured, "mesh: configuration error")
+	// ErrDuplicateRID: a live member of the mesh has this node's RID (another process
+	// started with the same id). The start fails, and the mesh keeps that member.
+	ErrDuplicateRID = fault.New(fault.AlreadyExists, "mesh: node id already live in the mesh")
 )
 
 // grpcWindow is the fixed gRPC flow-control window (per stream and per connection) of
@@ -190,12 +209,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	empty := map[wire.Command]RecordHandler{}
 	n.handlers.Store(&empty)
 	var err error
-	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats, &n.suspicions); err != nil {
+	known := func() []Member { // a collection may come before the membership exists
+		if !n.membersSet.Load() {
+			return nil
+		}
+		return n.membershipView.Known()
+	}
+	if n.metrics, err = newMeshMetrics(cfg.MeterProvider, n.flowStats, &n.suspicions, known); err != nil {
 		return nil, fmt.Errorf("mesh metrics: %w", err)
 	}
 
 	// Gossip transport first: with port 0 its real port is part of the default RID.
-	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping}, "", 0)
+	mlLogger := log.New(slogWriter{log: n.log, counts: &n.suspicions, stopping: &n.stopping,
+		onSuspect: func(name string) { n.members.suspected(name) }}, "", 0)
 	nt, err := gossipnet.New([]string{cfg.BindHost}, cfg.MeshPort, mlLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mesh port %s:%d: %v", ErrConfig, cfg.BindHost, cfg.MeshPort, err)
@@ -270,14 +296,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: records actor: %w", err)
 	}
 
-	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost, AdminAddr: cfg.AdminAddr}
-	meta, err := n.meta.encode()
+	n.meta = nodeMeta{RID: n.id.RID, Generation: n.id.Generation, RemoteAddr: n.remAddr, AdvertiseHost: cfg.AdvertiseHost, AdminAddr: cfg.AdminAddr,
+		Versions: announcedVersions(cfg)}
+	// Alone, every member reads version 3; joining, the seeds may not: version 3 once
+	// they say they do (metaLoop), so that older members never see a metadata they
+	// would ignore.
+	n.metaV3 = len(cfg.Join) == 0 && !cfg.legacyMeta
+	meta, err := n.meta.encode(n.metaV3)
 	if err != nil {
 		n.shutdownTransport()
 		_ = nt.Shutdown()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	n.members = newMembership(n.id, meta, n.log)
+	n.members.legacyMeta, n.members.selfVersions = cfg.legacyMeta, n.meta.Versions
+	n.membersSet.Store(true)
 	n.unsubFlow = n.members.subscribe(func(ev MemberEvent) {
 		if ev.Type == EventLeft || ev.Type == EventFailed {
 			n.flow.drop(ev.Member.ID)
@@ -291,6 +324,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mlc.AdvertisePort = meshPort
 	mlc.Delegate = n.members
 	mlc.Events = n.members
+	mlc.Conflict = n.members
+	mlc.Ping = n.members
+	if !cfg.legacyMeta {
+		mlc.DelegateProtocolMax = metaV3Capable
+	}
 	mlc.Logger = mlLogger
 	if cfg.DNSConfigPath != "" {
 		mlc.DNSConfigPath = cfg.DNSConfigPath
@@ -324,6 +362,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, fault.Errorf(fault.NotConfigured, "mesh: join: %s does not resolve (Config.Join, --join): %v", strings.Join(bad, ", "), err)
 			}
 		}
+		if c > 0 {
+			if err := n.members.refusal(); err != nil {
+				// Another process holds this RID: leave no trace (no leave message
+				// either, which peers would take for the live member's).
+				n.finish()
+				return nil, err
+			}
+		}
 		if err != nil || c == 0 {
 			if err == nil {
 				err = errors.New("no seed answered")
@@ -335,6 +381,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}()
 		}
 		if c > 0 {
+			n.members.settle()
 			// Join returned with the seed's members notified, not yet applied: until
 			// they are, this node sees itself alone and would hold every directory
 			// entry, placing fresh activations of Actors that live elsewhere (found
@@ -348,7 +395,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n.wg.Add(2)
+	if len(cfg.Join) == 0 {
+		n.members.settle()
+	}
+	n.wg.Add(3)
+	go n.metaLoop()
 	go n.outboxSweep()
 	go n.healLoop(max(4*mlc.ProbeInterval, time.Second))
 	return n, nil
@@ -438,10 +489,18 @@ func (n *Node) Leave(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		n.stopping.Store(true)
 		close(n.stop)
+		if n.members.refusal() != nil {
+			// Refused for a duplicate RID: a leave would name the live member's RID.
+			n.finish()
+			return
+		}
 		// Tell peers this is a leave, not a death, before the leave itself.
+		n.metaMu.Lock()
 		leaving := n.meta
 		leaving.Leaving = true
-		if b, merr := leaving.encode(); merr == nil {
+		b, merr := leaving.encode(n.metaV3)
+		n.metaMu.Unlock()
+		if merr == nil {
 			n.members.setMeta(b)
 			_ = n.members.list.UpdateNode(timeout / 2)
 		}
@@ -521,6 +580,70 @@ func (n *Node) healLoop(interval time.Duration) {
 		if c, err := n.members.list.Join([]string{addr}); err == nil && c > 0 {
 			n.log.Info("mesh: reached a member seen failed, merging views", "addr", addr)
 		}
+	}
+}
+
+// announcedVersions is what the node announces of itself (Config.Build, Revision, the
+// build information, the wire versions).
+func announcedVersions(cfg Config) Versions {
+	bi := buildinfo.Read(cfg.Build)
+	rev := cfg.Revision
+	if rev == "" {
+		rev = bi.ShortRevision()
+	}
+	return Versions{Build: truncate(bi.Version, maxBuildLen), Revision: truncate(rev, maxRevisionLen),
+		Stream: buildinfo.Stream, Service: buildinfo.ServiceWire, Meta: buildinfo.NodeMeta, Snapshot: buildinfo.StateSnapshot}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// metaLoop keeps the node metadata version in step with the members (meta.go): after
+// each membership change it writes version 3 if every live member reads it, else
+// version 1 or 2, and gossips the metadata again when that choice changed.
+func (n *Node) metaLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.members.review:
+		}
+		if n.cfg.legacyMeta {
+			continue
+		}
+		want := n.members.allReadV3()
+		n.metaMu.Lock()
+		if want == n.metaV3 || n.stopping.Load() {
+			n.metaMu.Unlock()
+			continue
+		}
+		b, err := n.meta.encode(want)
+		if err == nil {
+			n.metaV3 = want
+			n.members.setMeta(b)
+		}
+		n.metaMu.Unlock()
+		if err != nil {
+			n.log.Warn("mesh: node metadata", "err", err)
+			continue
+		}
+		version := metaVersion3
+		if !want {
+			version = metaVersion1
+			if n.meta.AdminAddr != "" {
+				version = metaVersion2
+			}
+		}
+		n.log.Debug("mesh: node metadata version changes", "version", version)
+		// UpdateNode queues the gossip, then waits until it has been retransmitted to
+		// enough peers (a few gossip rounds), which a node that stops meanwhile never
+		// does: do not wait (its timeout error says only that it did not).
+		_ = n.members.list.UpdateNode(time.Millisecond)
 	}
 }
 

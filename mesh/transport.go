@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/meshnode/meshnode/internal/histogram"
 	"github.com/meshnode/meshnode/internal/protoactor/remote"
 	"github.com/meshnode/meshnode/mesh/meshpb"
 	"github.com/meshnode/meshnode/mesh/wire"
@@ -475,9 +477,15 @@ type meshMetrics struct {
 	drops metric.Int64Counter
 	attrs sync.Map // drop reason -> *dropReason
 	reg   metric.Registration
+	// sendLatency: how long the first record of each coalesced envelope waited
+	// toward its peer (coalesce.go).
+	sendLatency metric.Float64Histogram
 }
 
-func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *suspicionCounts) (*meshMetrics, error) {
+// memberStates are the states meshnode.mesh.members reports, each always (0 too).
+var memberStates = []MemberState{StateAlive, StateSuspect, StateDead, StateLeft}
+
+func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *suspicionCounts, known func() []Member) (*meshMetrics, error) {
 	m := &meshMetrics{}
 	var err error
 	zm := mp.Meter("zlink.framework")
@@ -526,8 +534,31 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 	if err != nil {
 		return nil, err
 	}
+	members, err := mm.Int64ObservableGauge("meshnode.mesh.members", metric.WithUnit("{node}"),
+		metric.WithDescription("Members this node knows, itself included, by state: alive, suspect (its failure detector got no ack from it), dead (failed), left; the departed are forgotten after 256."))
+	if err != nil {
+		return nil, err
+	}
+	if m.sendLatency, err = mm.Float64Histogram("meshnode.mesh.record.send_latency", metric.WithUnit("s"),
+		metric.WithDescription("How long records waited toward a peer before their envelope was handed to gRPC: the first record of each coalesced envelope, which waited longest."),
+		metric.WithExplicitBucketBoundaries(histogram.Seconds...)); err != nil {
+		return nil, err
+	}
+	stateAttrs := make([]metric.ObserveOption, len(memberStates))
+	for i, st := range memberStates {
+		stateAttrs[i] = metric.WithAttributes(attribute.String("state", string(st)))
+	}
 	dirs := [2]string{string(Inbound), string(Outbound)}
 	m.reg, err = mm.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var byState [4]int64
+		for _, mem := range known() {
+			if i := slices.Index(memberStates, mem.State); i >= 0 {
+				byState[i]++
+			}
+		}
+		for i := range memberStates {
+			o.ObserveInt64(members, byState[i], stateAttrs[i])
+		}
 		o.ObserveInt64(suspected, sus.suspected.Load())
 		o.ObserveInt64(refuted, sus.refuted.Load())
 		fs := flowStats()
@@ -545,7 +576,7 @@ func newMeshMetrics(mp metric.MeterProvider, flowStats func() FlowStats, sus *su
 			}
 		}
 		return nil
-	}, records, unacked, unackedBytes, fullPeers, waits, envelopes, suspected, refuted)
+	}, records, unacked, unackedBytes, fullPeers, waits, envelopes, suspected, refuted, members)
 	if err != nil {
 		return nil, err
 	}

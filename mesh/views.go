@@ -98,6 +98,22 @@ func (m *Membership) FailureBound() time.Duration { return m.n.failureBound() }
 // Joined is closed once another member has joined this node's view.
 func (m *Membership) Joined() <-chan struct{} { return m.n.members.joined }
 
+// WaitJoined waits until this node is in the mesh: it joined through one of its seeds
+// (Config.Join), or it has none. It returns when that happened, an error matching
+// ErrDuplicateRID when a seed's mesh already has a live member with this node's RID
+// (the node is refused: close it; Node.Leave then sends no leave), or ctx's error.
+func (m *Membership) WaitJoined(ctx context.Context) (at time.Time, err error) {
+	mm := m.n.members
+	select {
+	case <-mm.seeded:
+		return mm.settledAt, nil
+	case <-mm.refused:
+		return time.Time{}, mm.refusal()
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
 // Records is a node's record transport: numbered service-wire records to and from the
 // other node lifecycles of the mesh, validated before dispatch, under flow control.
 type Records struct{ n *Node }
@@ -239,4 +255,4 @@ func (r *Records) SetTap(fn func(TapRecord)) { r.n.setTap(fn) }
 // Known returns every member this node knows, itself included, sorted by RID, in the
 // state gossip last reported, without probing any (Members probes every live member:
 // too much for a page polled every second).
-func (m *Membership) Known() []Member { return m.n.members.members() }
+func (m *Membership) Known() []Member { return m.n.members.withSuspicion(m.n.members.members()) }

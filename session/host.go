@@ -426,13 +426,15 @@ func (h *Host) liveConns() []*conn {
 }
 
 func (h *Host) finish() {
+	// Unregistering waits for a metrics collection in progress, whose callbacks take
+	// h.mu (queuedPermits): never under h.mu, or the two wait for each other.
+	if h.metrics != nil {
+		h.metrics.unregister()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cancelBase != nil {
 		h.cancelBase()
-	}
-	if h.metrics != nil {
-		h.metrics.unregister()
 	}
 	if h.dispatch != nil {
 		h.dispatch.Stop()

@@ -115,41 +115,66 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.limit", metric.WithUnit("{job}"))
+	// The job queue's instruments are the zlink specification's (digest §10), by the
+	// names it gives, with one departure a Prometheus reader needs: each series is a
+	// gauge or a counter of its own. The specification's high-water mark
+	// (jobs{state=peak}) and cumulative pause time (pause_duration{state=cumulative})
+	// were series of gauges whose other states are levels; here they are jobs.peak (a
+	// gauge that only rises) and paused (a counter).
+	limit, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.limit", metric.WithUnit("{job}"),
+		metric.WithDescription("Permits of the host-wide application job queue (MaxQueuedApplicationJobs)."))
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.jobs", metric.WithUnit("{job}"))
+	jobs, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.jobs", metric.WithUnit("{job}"),
+		metric.WithDescription("Permits of the job queue now, by state: reserved (taken, packet not yet queued), queued (in a session's mailbox), in_use (both)."))
 	if err != nil {
 		return nil, err
 	}
-	waiters, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.capacity_waiters", metric.WithUnit("{waiter}"))
+	peak, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.jobs.peak", metric.WithUnit("{job}"),
+		metric.WithDescription("The most permits of the job queue ever in use at once since the host started (a high-water mark)."))
 	if err != nil {
 		return nil, err
 	}
-	waits, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.capacity_waits", metric.WithUnit("{wait}"))
+	waiters, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.capacity_waiters", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Session readers waiting for a permit now."))
 	if err != nil {
 		return nil, err
 	}
-	waitDur, err := zm.Float64ObservableCounter("zlink.host.application_job_queue.capacity_wait_duration", metric.WithUnit("s"))
+	waits, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.capacity_waits", metric.WithUnit("{wait}"),
+		metric.WithDescription("Permit acquisitions that had to wait."))
 	if err != nil {
 		return nil, err
 	}
-	pstate, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.pressure_state", metric.WithUnit("{state}"))
+	waitDur, err := zm.Float64ObservableCounter("zlink.host.application_job_queue.capacity_wait_duration", metric.WithUnit("s"),
+		metric.WithDescription("Time session readers spent waiting for a permit, summed."))
 	if err != nil {
 		return nil, err
 	}
-	ptrans, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.pressure_transitions", metric.WithUnit("{transition}"))
+	pstate, err := zm.Int64ObservableGauge("zlink.host.application_job_queue.pressure_state", metric.WithUnit("{state}"),
+		metric.WithDescription("1 for the job queue's pressure state now (running, or paused above 80% of its permits in use until it is back at 60%), 0 for the other."))
 	if err != nil {
 		return nil, err
 	}
-	pdur, err := zm.Float64ObservableGauge("zlink.host.application_job_queue.pause_duration", metric.WithUnit("s"))
+	ptrans, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.pressure_transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("Changes of the job queue's pressure state, by the state entered."))
+	if err != nil {
+		return nil, err
+	}
+	pdur, err := zm.Float64ObservableGauge("zlink.host.application_job_queue.pause_duration", metric.WithUnit("s"),
+		metric.WithDescription("How long the job queue's current pause has lasted; 0 while it runs."))
+	if err != nil {
+		return nil, err
+	}
+	pausedTime, err := zm.Float64ObservableCounter("zlink.host.application_job_queue.paused", metric.WithUnit("s"),
+		metric.WithDescription("Time the job queue spent paused since the host started, the current pause included."))
 	if err != nil {
 		return nil, err
 	}
 	// STREAM has no socket flow state to configure (digest §9.4), so this stays 0; it
 	// is exported so that dashboards built on the spec's instrument set work.
-	flowFail, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.flow_state_config_failures", metric.WithUnit("{failure}"))
+	flowFail, err := zm.Int64ObservableCounter("zlink.host.application_job_queue.flow_state_config_failures", metric.WithUnit("{failure}"),
+		metric.WithDescription("Socket flow-state changes that failed; always 0 (STREAM has none to make)."))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +206,7 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		o.ObserveInt64(jobs, max(0, s.inUse-s.queued), state("reserved"))
 		o.ObserveInt64(jobs, s.queued, state("queued"))
 		o.ObserveInt64(jobs, s.inUse, state("in_use"))
-		o.ObserveInt64(jobs, s.peak, state("peak"))
+		o.ObserveInt64(peak, s.peak)
 		o.ObserveInt64(waiters, s.waiters)
 		o.ObserveInt64(waits, s.waits)
 		o.ObserveFloat64(waitDur, s.waitSeconds)
@@ -193,11 +218,11 @@ func newMetrics(mp metric.MeterProvider, h *Host) (*metrics, error) {
 		o.ObserveInt64(pstate, paused, state("paused"))
 		o.ObserveInt64(ptrans, s.toPaused, state("paused"))
 		o.ObserveInt64(ptrans, s.toRunning, state("running"))
-		o.ObserveFloat64(pdur, s.pauseCurrent.Seconds(), state("current"))
-		o.ObserveFloat64(pdur, s.pauseTotal.Seconds(), state("cumulative"))
+		o.ObserveFloat64(pdur, s.pauseCurrent.Seconds())
+		o.ObserveFloat64(pausedTime, s.pauseTotal.Seconds())
 		o.ObserveInt64(flowFail, 0)
 		return nil
-	}, flowFail, limit, jobs, waiters, waits, waitDur, pstate, ptrans, pdur)
+	}, flowFail, limit, jobs, peak, waiters, waits, waitDur, pstate, ptrans, pdur, pausedTime)
 	if err != nil {
 		return nil, err
 	}

@@ -161,40 +161,43 @@ type subscriber struct {
 // counters are the hub's figures (Stats, the metrics).
 type counters struct {
 	publishes, publishRecords, unheard   atomic.Int64
-	deliveries, dropsSlow, dropsFull     atomic.Int64
+	deliveries, dropsSlow                atomic.Int64
 	staleInterest, gaps, held, duplicate atomic.Int64
 	sendFailures, refused                atomic.Int64
 }
 
 // Stats are the hub's figures since it started.
 type Stats struct {
-	Publishes int64 // publishes made on this node
+	Publishes int64 `json:"publishes"` // publishes made on this node
 	// PublishRecords counts the topicPublish records sent to other nodes: one per node
 	// with subscribers, per publish.
-	PublishRecords int64
+	PublishRecords int64 `json:"publishRecords"`
 	// Unheard counts publishes no session of the fleet subscribed to (as this node knew).
-	Unheard int64
+	Unheard int64 `json:"unheard"`
 	// Deliveries counts STREAM Sends written to this node's subscribers.
-	Deliveries int64
+	Deliveries int64 `json:"deliveries"`
 	// DroppedSlow counts subscribers dropped from their topics because their socket
 	// fell behind.
-	DroppedSlow int64
+	DroppedSlow int64 `json:"droppedSlow"`
 	// SendFailures counts topicPublish and interest records that could not be sent (a
 	// full window toward a node, a node that departed).
-	SendFailures int64
+	SendFailures int64 `json:"sendFailures"`
 	// Refused counts subscribes and publishes refused with an error (a bad topic name,
 	// too many topics, a payload over the limit, a closing session).
-	Refused int64
+	Refused int64 `json:"refused"`
 	// StaleInterest counts interest records refused as older than what was held.
-	StaleInterest int64
+	StaleInterest int64 `json:"staleInterest"`
 	// Gaps counts messages of a publisher that never arrived here (a node that died, a
 	// record lost), found when a later one was delivered; Held counts messages held for
 	// an earlier one of an Actor that moved; Duplicates counts messages refused as
 	// delivered already (or older than one delivered).
-	Gaps, Held, Duplicates int64
+	Gaps       int64 `json:"gaps"`
+	Held       int64 `json:"held"`
+	Duplicates int64 `json:"duplicates"`
 	// Topics is how many topics this node's sessions subscribe to, Subscriptions how
 	// many subscriptions they hold.
-	Topics, Subscriptions int
+	Topics        int `json:"topics"`
+	Subscriptions int `json:"subscriptions"`
 }
 
 // New starts the topics of node: binder (nil: no Actor may subscribe its bound
@@ -493,7 +496,7 @@ func (h *Hub) publishNext(ctx context.Context, pub string, seqs map[string]uint6
 	}
 	seqs[topic] = seq
 	h.stats.publishes.Add(1)
-	ct := contentType(h.opts.Codecs, m.Codec)
+	ct := h.opts.Codecs.ContentTypeOf(m.Codec)
 	nodes := h.reg.nodesFor(topic)
 	if len(nodes) > 0 {
 		rec := &wire.Record{Body: &wire.TopicPublish{Topic: topic, Publisher: pub, Sequence: seq},
@@ -531,7 +534,7 @@ func (h *Hub) onPublish(from mesh.NodeID, rec *wire.Record) {
 		return
 	}
 	h.order.admit(from, body.Publisher, body.Topic, body.Sequence, rec.Payload.PacketName,
-		codecOf(h.opts.Codecs, rec.Payload.ContentType), rec.Payload.Data)
+		h.opts.Codecs.CodecOf(rec.Payload.ContentType), rec.Payload.Data)
 }
 
 // deliver writes one message to this node's subscribers of topic: the frame is encoded
@@ -613,20 +616,4 @@ func (h *Hub) dropSlow(s *subscriber) {
 	for topic, n := range changed {
 		h.reg.localChanged(topic, n)
 	}
-}
-
-// contentType returns the content type of a STREAM codec number.
-func contentType(codecs *codec.Registry, id swire.Codec) string {
-	if c, err := codecs.Lookup(id); err == nil {
-		return c.ContentType()
-	}
-	return codec.ContentTypeRaw
-}
-
-// codecOf returns the STREAM codec number of a content type (raw when unknown).
-func codecOf(codecs *codec.Registry, ct string) swire.Codec {
-	if c, err := codecs.ByContentType(ct); err == nil {
-		return c.ID()
-	}
-	return swire.CodecRaw
 }

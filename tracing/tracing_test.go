@@ -5,12 +5,14 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -47,13 +49,19 @@ func TestEnvConfigOnOffAndProtocol(t *testing.T) {
 		err  bool
 	}{
 		{"nothing set: off", nil, Settings{}, false},
-		{"endpoint: on, http default", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, Settings{true, ProtocolHTTP}, false},
-		{"traces endpoint: on", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, Settings{true, ProtocolHTTP}, false},
-		{"exporter otlp: on", map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, Settings{true, ProtocolHTTP}, false},
-		{"exporter none wins over an endpoint", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, Settings{}, false},
-		{"sdk disabled wins", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, Settings{}, false},
-		{"grpc", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, Settings{true, ProtocolGRPC}, false},
-		{"traces protocol wins", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, Settings{true, ProtocolHTTP}, false},
+		{"endpoint: on, http default", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+			Settings{true, ProtocolHTTP, "OTEL_EXPORTER_OTLP_ENDPOINT is set", "http://127.0.0.1:4318/v1/traces", "parentbased_always_on"}, false},
+		{"traces endpoint: on, as it is", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/x", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:4318"},
+			Settings{true, ProtocolHTTP, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set", "http://127.0.0.1:4318/x", "parentbased_always_on"}, false},
+		{"exporter otlp: on, the default endpoint", map[string]string{"OTEL_TRACES_EXPORTER": "otlp"},
+			Settings{true, ProtocolHTTP, "OTEL_TRACES_EXPORTER=otlp", "https://localhost:4318/v1/traces", "parentbased_always_on"}, false},
+		{"exporter none wins over an endpoint", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, Settings{Why: "OTEL_TRACES_EXPORTER=none"}, false},
+		{"sdk disabled wins", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, Settings{Why: "OTEL_SDK_DISABLED=true"}, false},
+		{"grpc, its endpoint as it is, a sampler", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+			"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"},
+			Settings{true, ProtocolGRPC, "OTEL_TRACES_EXPORTER=otlp", "collector:4317", "traceidratio:0.1"}, false},
+		{"traces protocol wins", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"},
+			Settings{true, ProtocolHTTP, "OTEL_TRACES_EXPORTER=otlp", "https://localhost:4318/v1/traces", "parentbased_always_on"}, false},
 		{"unknown protocol fails", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, Settings{}, true},
 		{"unsupported exporter fails", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, Settings{}, true},
 	}
@@ -254,5 +262,64 @@ func TestEnvConfigSamplerRespected(t *testing.T) {
 				t.Errorf("sampled %v, want %v", got, c.sampled)
 			}
 		})
+	}
+}
+
+// Every span has one outcome, counted: exported when the collector took its batch,
+// failed when it refused it (the SDK does not retry a refused batch), dropped when the
+// export queue was full. With a queue of 2 and the collector holding the first
+// batch, 2 spans are in flight and the other 8 are dropped, exactly.
+func TestSpanOutcomesAreCounted(t *testing.T) {
+	r := startReceiver(t)
+	hold := make(chan struct{})
+	held := make(chan struct{}, 16)
+	var mu sync.Mutex
+	requests := 0
+	r.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		requests++
+		first := requests == 1
+		mu.Unlock()
+		if !first {
+			_, _ = io.Copy(io.Discard, req.Body)
+			http.Error(w, "no", http.StatusBadRequest) // not retried
+			return
+		}
+		held <- struct{}{}
+		<-hold
+		r.serve(w, req)
+	})
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.srv.URL, "OTEL_BSP_MAX_QUEUE_SIZE": "2"})
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	var counts func() Counts
+	ctx := context.Background()
+	tp, shutdown, err := NewProviderFromEnv(ctx, "n1", WithMeterProvider(mp), WithCounts(&counts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tp.Tracer("test")
+	for range 10 {
+		_, s := tr.Start(ctx, "s")
+		s.End()
+	}
+	<-held // the first batch (2 spans, a full batch of a queue of 2) is at the collector
+	if got := counts(); got != (Counts{Dropped: 8}) {
+		t.Errorf("with the collector holding the first batch: %+v, want 8 dropped", got)
+	}
+	close(hold)
+	deadline := time.Now().Add(10 * time.Second)
+	for counts().Exported != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling the outcome: the exporter's goroutine reports it
+	}
+	for range 2 {
+		_, s := tr.Start(ctx, "refused")
+		s.End()
+	}
+	_ = shutdown(ctx) // flushes the refused batch
+	if got := counts(); got != (Counts{Exported: 2, Failed: 2, Dropped: 8}) {
+		t.Errorf("after the flush: %+v, want 2 exported, 2 failed, 8 dropped", got)
+	}
+	if spans, _, _ := r.spans(); len(spans) != 2 {
+		t.Errorf("the collector took %d spans, want 2", len(spans))
 	}
 }

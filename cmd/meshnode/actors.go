@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/meshnode/meshnode"
@@ -23,10 +24,27 @@ import (
 type actorJSON struct {
 	ID                       string `json:"id"`
 	Kind                     string `json:"kind,omitempty"`
-	ObjectGeneration         uint64 `json:"objectGeneration"`
+	ObjectGeneration         uint64 `json:"objectGeneration,string"`
 	Node                     string `json:"node"`
-	NodeGeneration           uint64 `json:"nodeGeneration"`
-	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration"`
+	NodeGeneration           uint64 `json:"nodeGeneration,string"`
+	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration,string"`
+}
+
+// activeActorJSON is one activation of GET /v1/actors and /v1/node/actors.
+type activeActorJSON struct {
+	ID               string `json:"id"`
+	Kind             string `json:"kind"`
+	ObjectGeneration uint64 `json:"objectGeneration,string"`
+	// Arriving: it arrives by a move that has not committed yet.
+	Arriving bool `json:"arriving,omitempty"`
+}
+
+func activeJSON(as []actor.ActiveActor) []activeActorJSON {
+	out := make([]activeActorJSON, len(as))
+	for i, a := range as {
+		out[i] = activeActorJSON{ID: a.ID, Kind: a.Kind, ObjectGeneration: a.ObjectGeneration, Arriving: a.Arriving}
+	}
+	return out
 }
 
 // errorJSON is the body of every 4xx and 5xx answer of the admin API.
@@ -100,79 +118,74 @@ func adminActors(mux *http.ServeMux, node *meshnode.Node, drain func() bool) {
 	})
 }
 
-// adminCall sends one admin request and decodes its JSON answer into out; a non-2xx
-// answer is returned as an error carrying the server's message.
-func adminCall(ctx context.Context, method, admin, path string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+admin+path, nil)
-	if err != nil {
-		return fmt.Errorf("flag --admin: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e errorJSON
-		if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error != "" {
-			return fmt.Errorf("%s answered %s: %s", admin, e.Error, e.Message)
-		}
-		return fmt.Errorf("%s answered %s", admin, resp.Status)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-// runRelocate is `meshnode relocate --admin ADDR ACTOR-ID NODE-RID`.
+// runRelocate is `meshnode relocate ACTOR-ID NODE-RID`.
 func runRelocate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode relocate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", defaultAdmin, "admin address of any running meshnode")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: meshnode relocate [--admin ADDR] ACTOR-ID NODE-RID") }
-	if err := fs.Parse(args); err != nil || fs.NArg() != 2 {
-		if err == nil {
-			fs.Usage()
-		}
+	target := adminFlags(fs)
+	commandUsage(fs, "relocate")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
 		return errUsage
+	}
+	t, err := target()
+	if err != nil {
+		return fmt.Errorf("relocate: %w", err)
 	}
 	var f actorJSON
 	path := "/v1/actors/" + url.PathEscape(fs.Arg(0)) + "/relocate?to=" + url.QueryEscape(fs.Arg(1))
-	if err := adminCall(ctx, http.MethodPost, *admin, path, &f); err != nil {
+	if err := t.call(ctx, http.MethodPost, path, &f); err != nil {
+		var ae *adminError
+		if errors.As(err, &ae) && ae.code == fault.NotFound.Code() && strings.Contains(ae.message, "no such node") {
+			// Perhaps the admin address is a node of another fleet: say whose members it knows.
+			var ms []memberJSON
+			if t.call(ctx, http.MethodGet, "/v1/members", &ms) == nil {
+				rids := make([]string, len(ms))
+				for i, m := range ms {
+					rids[i] = m.RID
+				}
+				return fmt.Errorf("relocate: %w (the mesh of %s has %s: is %s the fleet you meant?)", err, t.addr, strings.Join(rids, ", "), t.where)
+			}
+		}
 		return fmt.Errorf("relocate: %w", err)
 	}
 	fmt.Fprintf(stdout, "%s moved to %s (generation %d, authority %d)\n", f.ID, f.Node, f.NodeGeneration, f.AuthorityOwnerGeneration)
 	return nil
 }
 
-// runDrain is `meshnode drain --admin ADDR`: the node moves its Actors away, drains
-// its sessions and leaves; the command waits until its admin address stops answering.
+// runDrain is `meshnode drain`: the node moves its Actors away, drains its sessions
+// and leaves; the command waits until its admin address stops answering.
 func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode drain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", defaultAdmin, "admin address of the meshnode to drain")
+	target := adminFlags(fs)
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the node to stop")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	commandUsage(fs, "drain")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	if err := adminCall(ctx, http.MethodPost, *admin, "/v1/drain", nil); err != nil {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("drain: unexpected argument %q", fs.Arg(0))
+	}
+	t, err := target()
+	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	fmt.Fprintf(stdout, "meshnode: %s is draining\n", *admin)
+	if err := t.call(ctx, http.MethodPost, "/v1/drain", nil); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	fmt.Fprintf(stdout, "meshnode: %s is draining\n", t.addr)
 	deadline := time.Now().Add(*wait)
 	for time.Now().Before(deadline) {
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := adminCall(hctx, http.MethodGet, *admin, "/healthz", nil)
+		err := t.call(hctx, http.MethodGet, "/healthz", nil)
 		cancel()
-		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				fmt.Fprintf(stdout, "meshnode: %s stopped\n", *admin)
-				return nil
-			}
+		if errors.Is(err, errNoAdminAPI) {
+			fmt.Fprintf(stdout, "meshnode: %s stopped\n", t.addr)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -180,5 +193,5 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("drain: %s still answers after %s", *admin, *wait)
+	return fmt.Errorf("drain: %s still answers after %s", t.addr, *wait)
 }

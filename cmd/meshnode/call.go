@@ -28,12 +28,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	stream := fs.String("stream", "tcp://127.0.0.1:7400", "STREAM endpoint of a meshnode")
 	attach := fs.String("attach", "", "session to attach to before the call (made with meshnode.session-management.create)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting, attaching and the call")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: meshnode call [--stream URL] [--attach SESSION] SERVICE.MEMBER JSON")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	commandUsage(fs, "call")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 2 {
 		fs.Usage()

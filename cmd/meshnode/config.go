@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,7 +111,7 @@ func defineFlags(fs *flag.FlagSet, cfg *serveConfig, raw *rawFlags) {
 	fs.StringVar(&cfg.admin, "admin", defaultAdmin, "admin HTTP address serving the dashboard at /, the JSON admin API, /metrics, /healthz, /readyz (empty = off)")
 	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address (off by default)")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGINT/SIGTERM waits for sessions to drain")
-	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as `meshnode drain` does)")
+	fs.BoolVar(&cfg.drainActors, "drain-actors", false, "on SIGINT/SIGTERM, move every Actor to the other members before draining sessions and leaving (as meshnode drain does)")
 	fs.StringVar(&raw.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.nodeName, "node-name", "gateway", "name of the stream node")
 	fs.StringVar(&cfg.nodeID, "node-id", "", "stable node RID (default: the advertised mesh address)")
@@ -149,15 +150,26 @@ func configParser(path string) ff.ConfigFileParser {
 // parseSources parses args, the environment and the configuration file into fs
 // (precedence flag > env > file > default, peterbourgon/ff), and says where each flag's
 // value came from: "flag", "env MESHNODE_X", "file PATH" or "default".
+//
+// A MESHNODE_* variable or a file key that names no flag is an error naming it (and
+// the setting it most likely meant): a misspelt setting must not be ignored.
 func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
+	if err := checkEnvNames(fs, os.Environ()); err != nil {
+		return nil, err
+	}
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix(envPrefix), ff.WithEnvVarSplit(","),
 		ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(func(r io.Reader, set func(name, value string) error) error {
 			// ff reads the file once the command line and the environment are parsed:
 			// --config holds its path by then.
-			return configParser(fs.Lookup("config").Value.String())(r, set)
+			return configParser(fs.Lookup("config").Value.String())(r, func(name, value string) error {
+				if fs.Lookup(name) == nil {
+					return fmt.Errorf("key %q is not a meshnode setting%s", name, didYouMean(fs, name, func(s string) string { return s }))
+				}
+				return set(name, value)
+			})
 		}))
 	if err != nil {
-		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config file") {
+		if cf := fs.Lookup("config"); cf != nil && cf.Value.String() != "" && strings.Contains(err.Error(), "config") {
 			return nil, fmt.Errorf("config file %s: %w", cf.Value.String(), err)
 		}
 		return nil, err
@@ -180,7 +192,7 @@ func parseSources(fs *flag.FlagSet, args []string) (map[string]string, error) {
 		if sources[f.Name] != "" {
 			return
 		}
-		env := envPrefix + "_" + strings.ReplaceAll(strings.ToUpper(f.Name), "-", "_")
+		env := envName(f.Name)
 		switch _, set := os.LookupEnv(env); {
 		case set:
 			sources[f.Name] = "env " + env
@@ -208,7 +220,10 @@ func parseServeConfig(args []string, stderr io.Writer) (serveConfig, map[string]
 	defineFlags(fs, &cfg, &raw)
 	sources, err := parseSources(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) || strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, nil, errHelped // the flag package printed the flags
+		}
+		if strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
 			return cfg, nil, errUsage
 		}
 		return cfg, nil, err
@@ -456,4 +471,65 @@ func (c serveConfig) nodeConfig(log *slog.Logger, meters metric.MeterProvider) m
 	nc.Logger, nc.MeterProvider = log, meters
 	nc.StoreURL, nc.DataDir = c.storeURL, c.dataDir
 	return nc
+}
+
+// checkEnvNames refuses a MESHNODE_* variable of env that names no flag of fs.
+func checkEnvNames(fs *flag.FlagSet, env []string) error {
+	var bad []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix+"_") {
+			continue
+		}
+		flagName := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, envPrefix+"_")), "_", "-")
+		if fs.Lookup(flagName) == nil {
+			bad = append(bad, fmt.Sprintf("environment variable %s is not a meshnode setting%s", name, didYouMean(fs, flagName, envName)))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return envPrefix + "_" + strings.ReplaceAll(strings.ToUpper(name), "-", "_")
+}
+
+// didYouMean suggests the flag of fs closest to name (at most a third of its letters
+// apart), written as show writes it: " (did you mean X?)", or "".
+func didYouMean(fs *flag.FlagSet, name string, show func(string) string) string {
+	best, bestD := "", len(name)/3+1
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + show(best) + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

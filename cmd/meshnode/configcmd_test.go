@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,13 +145,11 @@ func TestConfigShowsStoreAndDataDir(t *testing.T) {
 	if err := run(context.Background(), []string{"config", "--node-id", "node a/1"}, &out, &errb); err != nil {
 		t.Fatal(err, errb.String())
 	}
-	for _, want := range []string{
-		"data-dir                  meshnode-data/node_a_1                default",
-		"store                     bolt:meshnode-data/node_a_1/state.db  default",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("config output lacks %q:\n%s", want, out.String())
-		}
+	if v, src := configLine(t, out.String(), "data-dir"); v != "meshnode-data/node_a_1" || src != "default" {
+		t.Errorf("data-dir = %q from %q:\n%s", v, src, out.String())
+	}
+	if v, src := configLine(t, out.String(), "store"); v != "bolt:meshnode-data/node_a_1/state.db" || src != "default" {
+		t.Errorf("store = %q from %q:\n%s", v, src, out.String())
 	}
 	out.Reset()
 	if err := run(context.Background(), []string{"config", "--store", "postgres://app:pw@db:5432/app", "--data-dir", "/var/lib/mn"}, &out, &errb); err != nil {
@@ -166,5 +165,43 @@ func TestConfigShowsStoreAndDataDir(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"config", "--store", "mysql://x"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "flag --store") {
 		t.Errorf("a bad --store: %v, want an error naming flag --store", err)
+	}
+}
+
+// meshnode config shows the defaults serve applies (the two stream listeners, not an
+// empty value) and the OpenTelemetry settings in force: off and why, or where spans
+// go, with which sampler, and which variable said so.
+func TestBinaryConfig_ShowsDefaultsAndOpenTelemetry(t *testing.T) {
+	for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"} {
+		t.Setenv(k, "")
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"config"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if v, src := configLine(t, out.String(), "stream"); v != "tcp://127.0.0.1:7400,ws://127.0.0.1:7401/" || src != "default" {
+		t.Errorf("stream = %q from %q, want the two default listeners", v, src)
+	}
+	if v, src := configLine(t, out.String(), "traces"); v != "off" || !strings.Contains(src, "neither OTEL_TRACES_EXPORTER nor an OTLP endpoint") {
+		t.Errorf("traces = %q (%q), want off and why\n%s", v, src, out.String())
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+	out.Reset()
+	if err := run(context.Background(), []string{"config", "--stream", "tcp://127.0.0.1:0"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()
+	for _, tc := range []struct{ name, value, source string }{
+		{"stream", "tcp://127.0.0.1:0", "flag"},
+		{"traces", "OTLP", "http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT is set"},
+		{"endpoint", "http://127.0.0.1:4318/v1/traces", "env OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{"sampler", "traceidratio:0.25", "env OTEL_TRACES_SAMPLER"},
+	} {
+		if v, src := configLine(t, table, tc.name); v != tc.value || src != tc.source {
+			t.Errorf("%s = %q from %q, want %q from %q\n%s", tc.name, v, src, tc.value, tc.source, table)
+		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
 	"github.com/meshnode/meshnode/fault"
+	"github.com/meshnode/meshnode/internal/buildinfo"
+	"github.com/meshnode/meshnode/internal/procmem"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session"
 )
@@ -54,7 +56,7 @@ const (
 // two answers and their times.
 type nodeJSON struct {
 	RID        string    `json:"rid"`
-	Generation uint64    `json:"generation"`
+	Generation uint64    `json:"generation,string"`
 	Address    string    `json:"address"`
 	Admin      string    `json:"admin,omitempty"`
 	Time       time.Time `json:"time"`
@@ -68,6 +70,7 @@ type nodeJSON struct {
 	BoundSessions int          `json:"boundSessions"`
 	Actors        int          `json:"actors"`
 	Records       recordsJSON  `json:"records"`
+	Health        healthJSON   `json:"health"`
 	// Store is the Actor state store: which, its health now, and its figures.
 	Store *nodeStoreJSON `json:"store,omitempty"`
 }
@@ -75,6 +78,25 @@ type nodeJSON struct {
 type nodeStoreJSON struct {
 	storeHealthJSON
 	actor.StoreStats
+}
+
+// healthJSON is how the node's process is doing.
+type healthJSON struct {
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"notReady,omitempty"` // why not, when not ready
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	// Started is when the process started; UptimeSeconds how long ago that was.
+	Started       time.Time `json:"started"`
+	UptimeSeconds float64   `json:"uptimeSeconds"`
+	// RSSBytes is the process's resident memory (0 when unknown), HeapBytes the Go heap
+	// in use.
+	RSSBytes  int64 `json:"rssBytes"`
+	HeapBytes int64 `json:"heapBytes"`
+	// OpenFiles is the process's open file descriptors (sockets included; -1 when
+	// unknown) and MaxFiles its limit.
+	OpenFiles int   `json:"openFiles"`
+	MaxFiles  int64 `json:"maxFiles"`
 }
 
 type jobQueueJSON struct {
@@ -96,9 +118,9 @@ type recordsJSON struct {
 
 // nodeActorsJSON is the answer of GET /v1/node/actors.
 type nodeActorsJSON struct {
-	Total  int                 `json:"total"`
-	Actors []actor.ActiveActor `json:"actors"`
-	Next   string              `json:"next,omitempty"`
+	Total  int               `json:"total"`
+	Actors []activeActorJSON `json:"actors"`
+	Next   string            `json:"next,omitempty"`
 }
 
 // fleetJSON is the answer of GET /v1/fleet.
@@ -129,20 +151,24 @@ type fleetActorJSON struct {
 	ID               string `json:"id"`
 	Kind             string `json:"kind"`
 	Node             string `json:"node"`
-	ObjectGeneration uint64 `json:"objectGeneration"`
+	ObjectGeneration uint64 `json:"objectGeneration,string"`
 	BoundSessions    int    `json:"boundSessions"`
 }
 
 // dashboard serves the page, its files and the endpoints it polls. self is this node's
 // admin address as gossiped (empty: none).
 type dashboard struct {
-	node   *meshnode.Node
-	self   string
-	client *http.Client
+	node    *meshnode.Node
+	self    string
+	client  *http.Client
+	ready   *readiness
+	started time.Time
+	build   buildinfo.Info
+	series  *series
 }
 
-func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string) {
-	d := &dashboard{node: node, self: self, client: &http.Client{
+func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string, ready *readiness, started time.Time, series *series) {
+	d := &dashboard{node: node, self: self, ready: ready, started: started, build: build(), series: series, client: &http.Client{
 		// Per-request contexts bound each call; this bounds a caller that forgets.
 		Timeout: 2 * fleetPeerTimeout,
 		// No idle connections: none outlives a request (nor the node), and one request a
@@ -167,6 +193,8 @@ func adminDashboard(mux *http.ServeMux, node *meshnode.Node, self string) {
 	mux.HandleFunc("GET /v1/node/bound", d.nodeBound)
 	mux.HandleFunc("GET /v1/fleet", d.fleet)
 	mux.HandleFunc("GET /v1/fleet/actors", d.fleetActors)
+	mux.HandleFunc("GET /v1/node/series", d.nodeSeries)
+	mux.HandleFunc("GET /v1/fleet/series", d.fleetSeries)
 }
 
 // noCache makes browsers revalidate the embedded files, so a new binary's page is
@@ -203,7 +231,115 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 	for _, n := range rc.Drops {
 		out.Records.DropsTotal += n
 	}
+	out.Health = d.health()
 	return out
+}
+
+// health reads how the process is doing.
+func (d *dashboard) health() healthJSON {
+	h := healthJSON{Version: d.build.Version, Revision: d.build.ShortRevision(), Started: d.started.UTC(),
+		UptimeSeconds: time.Since(d.started).Seconds()}
+	h.NotReady = d.ready.why()
+	h.Ready = h.NotReady == ""
+	h.RSSBytes, h.HeapBytes = procmem.RSS(), procmem.Heap()
+	h.OpenFiles, h.MaxFiles = procmem.OpenFiles(), procmem.MaxFiles()
+	return h
+}
+
+// sinceParam reads ?since=MS (unix milliseconds; 0 when absent).
+func sinceParam(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("since")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fault.Errorf(fault.InvalidOperation, "since=%q: want unix milliseconds", v)
+	}
+	return n, nil
+}
+
+// GET /v1/node/series?since=MS: this node's points after since.
+func (d *dashboard) nodeSeries(w http.ResponseWriter, r *http.Request) {
+	since, err := sinceParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, d.ownSeries(since))
+}
+
+func (d *dashboard) ownSeries(since int64) seriesJSON {
+	id := d.node.Mesh().ID()
+	return seriesJSON{RID: id.RID, Generation: id.Generation, Interval: seriesInterval.Seconds(), Points: d.series.since(since)}
+}
+
+// fleetSeriesJSON is the answer of GET /v1/fleet/series.
+type fleetSeriesJSON struct {
+	Self    string                  `json:"self"`
+	Members []fleetSeriesMemberJSON `json:"members"`
+	Next    string                  `json:"next,omitempty"`
+}
+
+type fleetSeriesMemberJSON struct {
+	RID        string      `json:"rid"`
+	Generation uint64      `json:"generation,string"`
+	State      string      `json:"state"`
+	Series     *seriesJSON `json:"series,omitempty"`
+	Error      string      `json:"error,omitempty"`
+}
+
+// GET /v1/fleet/series?after=RID&limit=N&since=MS: a page of the members, each live
+// one with its series after since (or the error that kept it away).
+func (d *dashboard) fleetSeries(w http.ResponseWriter, r *http.Request) {
+	limit, err := limitParam(r, 50, maxFleetPage)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	since, err := sinceParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	after := r.URL.Query().Get("after")
+	self := d.node.Mesh().ID().RID
+	out := fleetSeriesJSON{Self: self, Members: []fleetSeriesMemberJSON{}}
+	var admins []string
+	for _, m := range d.node.Membership().Known() {
+		if m.ID.RID <= after {
+			continue
+		}
+		if len(out.Members) == limit {
+			out.Next = out.Members[limit-1].RID
+			break
+		}
+		out.Members = append(out.Members, fleetSeriesMemberJSON{RID: m.ID.RID, Generation: m.ID.Generation, State: string(m.State)})
+		admins = append(admins, m.AdminAddr)
+	}
+	d.fanOut(r.Context(), len(out.Members), func(ctx context.Context, i int) {
+		fm := &out.Members[i]
+		switch {
+		case fm.RID == self:
+			s := d.ownSeries(since)
+			fm.Series = &s
+		case fm.State != string(mesh.StateAlive) && fm.State != string(mesh.StateSuspect):
+		case admins[i] == "":
+			fm.Error = "no admin address gossiped (started without --admin)"
+		default:
+			var s seriesJSON
+			if err := d.get(ctx, admins[i], "/v1/node/series?since="+strconv.FormatInt(since, 10), &s); err != nil {
+				fm.Error = err.Error()
+				return
+			}
+			if s.RID != fm.RID || s.Generation != fm.Generation {
+				fm.Error = fmt.Sprintf("%s answered as %s generation %d", admins[i], s.RID, s.Generation)
+				return
+			}
+			fm.Series = &s
+		}
+	})
+	writeJSON(w, out)
 }
 
 // limitParam reads ?limit=N (1..maxLimit, default def).
@@ -233,7 +369,7 @@ func (d *dashboard) nodeActors(w http.ResponseWriter, r *http.Request) {
 		start++
 	}
 	page := all[start:min(start+limit, len(all))]
-	out := nodeActorsJSON{Total: len(all), Actors: append([]actor.ActiveActor{}, page...)}
+	out := nodeActorsJSON{Total: len(all), Actors: activeJSON(page)}
 	if start+limit < len(all) {
 		out.Next = page[len(page)-1].ID
 	}
@@ -275,8 +411,7 @@ func (d *dashboard) fleet(w http.ResponseWriter, r *http.Request) {
 			out.Next = out.Members[limit-1].RID
 			break
 		}
-		out.Members = append(out.Members, fleetMemberJSON{memberJSON: memberJSON{RID: m.ID.RID, Generation: m.ID.Generation,
-			Address: m.MeshAddr, State: string(m.State)}, Admin: m.AdminAddr})
+		out.Members = append(out.Members, fleetMemberJSON{memberJSON: memberOf(m), Admin: m.AdminAddr})
 	}
 	d.fanOut(r.Context(), len(out.Members), func(ctx context.Context, i int) {
 		fm := &out.Members[i]
@@ -338,7 +473,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 					answers[i].page.Next = a.ID // only "more follow" matters here
 					break
 				}
-				answers[i].page.Actors = append(answers[i].page.Actors, a)
+				answers[i].page.Actors = append(answers[i].page.Actors, activeJSON([]actor.ActiveActor{a})...)
 			}
 		case m.AdminAddr == "":
 			answers[i].err = fmt.Errorf("no admin address gossiped (started without --admin)")

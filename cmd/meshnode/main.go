@@ -4,14 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/meshnode/meshnode/internal/buildinfo"
 )
 
-// version is stamped by the build (-ldflags "-X main.version=...").
-var version = "dev"
+// version, when stamped by the build (-ldflags "-X main.version=v1.4.0"), replaces the
+// module version Go's build information gives (internal/buildinfo).
+var version string
+
+// revision, when stamped by the build (-X main.revision=$(git rev-parse HEAD), with
+// "+dirty" for a modified work tree), replaces the VCS revision of the build
+// information: make build and make run stamp it, for builds made with -buildvcs=false.
+var revision string
+
+// build is this binary's build information.
+func build() buildinfo.Info { return buildinfo.Read(version, revision) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -20,6 +30,11 @@ func main() {
 		var ce *callFailed
 		if errors.As(err, &ce) {
 			fmt.Fprintln(os.Stderr, ce.Error())
+			os.Exit(1)
+		}
+		var bf *benchFailed
+		if errors.As(err, &bf) {
+			fmt.Fprintln(os.Stderr, "meshnode:", bf.Error())
 			os.Exit(1)
 		}
 		if !errors.Is(err, errUsage) {
@@ -31,34 +46,3 @@ func main() {
 
 // errUsage means the flag package already printed what was wrong.
 var errUsage = errors.New("usage")
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			fmt.Fprintln(stdout, "meshnode", version)
-			return nil
-		case "serve":
-			args = args[1:]
-		case "members":
-			return runMembers(ctx, args[1:], stdout, stderr)
-		case "call":
-			return runCall(ctx, args[1:], stdout, stderr)
-		case "config":
-			return runConfig(ctx, args[1:], stdout, stderr)
-		case "sessions":
-			return runSessions(ctx, args[1:], stdout, stderr)
-		case "actors":
-			return runActors(ctx, args[1:], stdout, stderr)
-		case "relocate":
-			return runRelocate(ctx, args[1:], stdout, stderr)
-		case "drain":
-			return runDrain(ctx, args[1:], stdout, stderr)
-		}
-	}
-	cfg, err := parseServeFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, cfg, stdout, stderr)
-}

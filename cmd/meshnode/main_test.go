@@ -68,25 +68,34 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop func() error) {
 	t.Helper()
+	return startBinaryLogging(t, io.Discard, args...)
+}
+
+// startBinaryLogging is startBinary with the node's log written to stderr.
+func startBinaryLogging(t *testing.T, stderr io.Writer, args ...string) (addrs map[string]string, stop func() error) {
+	t.Helper()
 	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
 		args = append(args, "--data-dir", t.TempDir())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, out, io.Discard) }()
+	go func() { done <- run(ctx, args, out, stderr) }()
 	addrs = map[string]string{}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case line := <-out.lines:
 			switch {
+			case strings.HasPrefix(line, "meshnode: traces: "):
+				addrs["traces"] = strings.TrimPrefix(line, "meshnode: traces: ")
 			case strings.HasPrefix(line, "meshnode: admin http://"):
 				addrs["admin"] = strings.Fields(strings.TrimPrefix(line, "meshnode: admin http://"))[0]
 			case strings.HasPrefix(line, "meshnode: node "):
 				// meshnode: node RID generation G, mesh ADDR, remote ADDR
 				f := strings.Fields(line)
 				addrs["rid"] = f[2]
+				addrs["generation"] = strings.TrimSuffix(f[4], ",")
 				addrs["mesh"] = strings.TrimSuffix(f[6], ",")
 			case strings.HasPrefix(line, "meshnode: stream "):
 				ep := strings.TrimPrefix(line, "meshnode: stream ")
@@ -198,7 +207,8 @@ func TestBinaryServesSampleAppAndDrains(t *testing.T) {
 	if err := run(context.Background(), []string{"members", "--admin", addrs["admin"]}, &table, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") || !strings.HasSuffix(lines[1], "alive") {
+	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "RID") || !strings.HasPrefix(lines[1], "solo ") ||
+		!strings.Contains(lines[1], " alive ") || !strings.Contains(lines[1], build().Version) || !strings.HasSuffix(lines[1], "stream 1, service 1, meta 3, snapshot 1") {
 		t.Fatalf("members table:\n%s", table.String())
 	}
 

@@ -10,33 +10,30 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/meshnode/meshnode"
+	"github.com/meshnode/meshnode/mesh"
 )
 
 // serve runs the node until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	started := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	bi := build()
+	met, err := newMetrics(bi)
 	if err != nil {
-		return fmt.Errorf("metrics exporter: %w", err)
+		return err
 	}
-	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	defer func() { _ = meters.Shutdown(context.Background()) }()
+	defer func() { _ = met.meters.Shutdown(context.Background()) }()
 
-	tracer, stopTracing, err := startTracing(ctx, cfg)
+	tracer, stopTracing, err := startTracing(ctx, cfg, log, met.meters, stdout)
 	if err != nil {
 		return err
 	}
@@ -45,7 +42,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	// part of the address the node gossips (the dashboard of any member reads this
 	// node's figures there).
 	var adminLn net.Listener
-	nodeCfg := cfg.nodeConfig(log, meters)
+	nodeCfg := cfg.nodeConfig(log, met.meters)
+	nodeCfg.Version, nodeCfg.Revision = bi.Version, bi.ShortRevision()
 	nodeCfg.TracerProvider = tracer
 	st, err := openStore(ctx, cfg, nodeCfg, stdout)
 	if err != nil {
@@ -67,9 +65,24 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	id := node.Mesh().ID()
+	met.nodeStarted(id)
 	fmt.Fprintf(stdout, "meshnode: node %s generation %d, mesh %s, remote %s\n", id.RID, id.Generation, node.Mesh().MeshAddr(), node.Mesh().RemoteAddr())
 
-	var ready atomic.Bool
+	ready := newReadiness()
+	seeds := strings.Join(cfg.join, ", ")
+	if len(cfg.join) > 0 {
+		// Ready once a seed answered: a node that serves before it has joined places
+		// Actors as if it were alone. Said before the admin address answers.
+		ready.notReady("joining the mesh through " + seeds + ": no seed has answered yet")
+	}
+	// The dashboard's series: sampled until the node stops (stopSeries), by a
+	// goroutine this function owns.
+	ser := newSeries(met.reader, log)
+	seriesCtx, cancelSeries := context.WithCancel(context.Background())
+	seriesDone := make(chan struct{})
+	go func() { defer close(seriesDone); ser.run(seriesCtx) }()
+	stopSeries := func() { cancelSeries(); <-seriesDone }
+	defer stopSeries()
 	// POST /v1/drain asks for a drain with Actors moved away, as --drain-actors does
 	// for SIGTERM.
 	drainAsked := make(chan struct{})
@@ -81,7 +94,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	var admin *http.Server
 	var adminDone chan error
 	if adminLn != nil {
-		admin = &http.Server{Handler: adminMux(registry, &ready, node, cfg.pprof, askDrain, nodeCfg.AdminAddr), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(adminConfig{registry: met.registry, ready: ready, node: node, pprof: cfg.pprof,
+			drain: askDrain, self: nodeCfg.AdminAddr, started: started, series: ser}), ReadHeaderTimeout: 5 * time.Second}
 		adminDone = make(chan error, 1)
 		go func() { adminDone <- admin.Serve(adminLn) }()
 		fmt.Fprintf(stdout, "meshnode: admin http://%s (dashboard at /, /metrics /healthz /readyz)\n", adminLn.Addr())
@@ -100,8 +114,26 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	for _, ep := range node.Endpoints() {
 		fmt.Fprintf(stdout, "meshnode: stream %s\n", ep)
 	}
-	fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
-	ready.Store(true)
+	if len(cfg.join) > 0 {
+		fmt.Fprintf(stdout, "meshnode: joining the mesh through %s\n", seeds)
+		at, err := node.Membership().WaitJoined(ctx)
+		switch {
+		case errors.Is(err, mesh.ErrDuplicateRID):
+			// Refused: the mesh keeps the live member. Stop without a leave (the mesh
+			// sends none for a refused node) and say why.
+			_ = node.Close()
+			stopAdmin()
+			return err
+		case err == nil:
+			fmt.Fprintf(stdout, "meshnode: joined the mesh through %s after %s: %d members alive\n",
+				seeds, at.Sub(started).Round(time.Millisecond), len(node.Membership().Live()))
+			log.Info("joined the mesh", "seeds", seeds, "after", at.Sub(started).Round(time.Millisecond))
+		}
+	}
+	if ctx.Err() == nil {
+		fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
+		ready.ready()
+	}
 
 	moveActors := cfg.drainActors
 	select {
@@ -110,7 +142,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	case <-drainAsked:
 		moveActors = true
 	}
-	ready.Store(false)
+	ready.notReady("draining")
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
 	if moveActors {
@@ -137,12 +169,28 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	return nil
 }
 
-// memberJSON is one row of GET /v1/members.
+// memberJSON is one row of GET /v1/members. Generations and the other 64-bit ids of
+// the admin API are JSON strings: they exceed 2^53, which JavaScript (and jq) round.
 type memberJSON struct {
 	RID        string `json:"rid"`
-	Generation uint64 `json:"generation"`
+	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
+	// Since is when the answering node saw the member enter its state.
+	Since time.Time `json:"since,omitzero"`
+	// Versions is what the member announces of its build and wire formats; absent for
+	// a member of a build before node metadata version 3 (docs/upgrading.md).
+	Versions *mesh.Versions `json:"versions,omitempty"`
+}
+
+// memberOf is the admin API's view of a member.
+func memberOf(m mesh.Member) memberJSON {
+	mj := memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State), Since: m.Since.UTC()}
+	if !m.Versions.IsZero() {
+		v := m.Versions
+		mj.Versions = &v
+	}
+	return mj
 }
 
 // advertisedAdmin is the admin address peers use: the listener's, with the advertised
@@ -161,12 +209,26 @@ func advertisedAdmin(addr net.Addr, cfg serveConfig) string {
 	return net.JoinHostPort(host, port)
 }
 
-func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.Node, withPprof bool, drain func() bool, self string) *http.ServeMux {
+// adminConfig is what the admin API serves.
+type adminConfig struct {
+	registry *prometheus.Registry
+	ready    *readiness
+	node     *meshnode.Node
+	pprof    bool        // serve net/http/pprof
+	drain    func() bool // asks the serve loop to drain the node
+	self     string      // this node's admin address as gossiped (empty: none)
+	started  time.Time   // when the process started
+	series   *series     // the dashboard's series
+}
+
+func adminMux(c adminConfig) *http.ServeMux {
 	mux := http.NewServeMux()
-	adminActors(mux, node, drain)
+	node, ready := c.node, c.ready
+	adminActors(mux, node, c.drain)
 	adminSessions(mux, node)
-	adminDashboard(mux, node, self)
-	if withPprof {
+	adminTopics(mux, node)
+	adminDashboard(mux, node, c.self, ready, c.started, c.series)
+	if c.pprof {
 		// net/http/pprof on the admin address only, and only when asked (--pprof): a
 		// profile costs CPU and shows internals.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -180,27 +242,26 @@ func adminMux(registry *prometheus.Registry, ready *atomic.Bool, node *meshnode.
 		defer cancel()
 		out := []memberJSON{}
 		for _, m := range node.Mesh().Membership().Members(ctx) {
-			out = append(out, memberJSON{RID: m.ID.RID, Generation: m.ID.Generation, Address: m.MeshAddr, State: string(m.State)})
+			out = append(out, memberOf(m))
 		}
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, node.Actors().Active())
+		writeJSON(w, activeJSON(node.Actors().Active()))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		if ready.why() == "" {
+			// Ready as a member; not while its Actor state store cannot be reached.
+			if h := storeHealth(r.Context(), node.Store()); !h.OK {
+				http.Error(w, "not ready: store "+h.Name+" "+h.Location+": "+h.Error, http.StatusServiceUnavailable)
+				return
+			}
 		}
-		if h := storeHealth(r.Context(), node.Store()); !h.OK {
-			http.Error(w, "not ready: store "+h.Name+" "+h.Location+": "+h.Error, http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
+		ready.serveHTTP(w, r)
 	})
 	return mux
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -43,9 +45,9 @@ type bindingJSON struct {
 	Session                  uint64 `json:"session,omitempty"`
 	Actor                    string `json:"actor"`
 	Node                     string `json:"node"`
-	ObjectGeneration         uint64 `json:"objectGeneration"`
-	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration"`
-	BindingGeneration        uint64 `json:"bindingGeneration"`
+	ObjectGeneration         uint64 `json:"objectGeneration,string"`
+	AuthorityOwnerGeneration uint64 `json:"authorityOwnerGeneration,string"`
+	BindingGeneration        uint64 `json:"bindingGeneration,string"`
 }
 
 // bindingsJSON is the answer of GET /v1/bindings.
@@ -146,22 +148,52 @@ func bindingsOf(node *meshnode.Node, id session.RoutingID, withSession bool) []b
 	return out
 }
 
-// runSessions is `meshnode sessions --admin ADDR`: counts, then the sessions (one
-// page) as a table.
+// runSessions is `meshnode sessions`: the counts as a table (sessions in all, by
+// state, by transport), then the sessions (one page) as a table.
 func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode sessions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", defaultAdmin, "admin address of a running meshnode")
+	target := adminFlags(fs)
 	limit := fs.Int("limit", defaultPage, "sessions to list (1.."+strconv.Itoa(session.MaxSessionsPage)+")")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	commandUsage(fs, "sessions")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	var out sessionsJSON
-	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/sessions?limit="+strconv.Itoa(*limit), &out); err != nil {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sessions: unexpected argument %q", fs.Arg(0))
+	}
+	t, err := target()
+	if err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
-	fmt.Fprintf(stdout, "%d sessions: by transport %v, by state %v\n", out.Total, out.ByTransport, out.ByState)
+	var out sessionsJSON
+	if err := t.call(ctx, http.MethodGet, "/v1/sessions?limit="+strconv.Itoa(*limit), &out); err != nil {
+		return fmt.Errorf("sessions: %w", err)
+	}
+	// The counts: a column per state (open and closing always) and per transport.
+	states := sortedKeys(out.ByState, "open", "closing")
+	transports := sortedKeys(out.ByTransport)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "SESSIONS")
+	for _, s := range states {
+		fmt.Fprint(tw, "\t"+strings.ToUpper(s))
+	}
+	for _, tr := range transports {
+		fmt.Fprint(tw, "\t"+strings.ToUpper(tr))
+	}
+	fmt.Fprintf(tw, "\n%d", out.Total)
+	for _, s := range states {
+		fmt.Fprintf(tw, "\t%d", out.ByState[s])
+	}
+	for _, tr := range transports {
+		fmt.Fprintf(tw, "\t%d", out.ByTransport[tr])
+	}
+	fmt.Fprintln(tw)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTRANSPORT\tREMOTE\tSTATE\tOPENED\tBINDINGS")
 	for _, s := range out.Sessions {
 		bound := ""
@@ -182,20 +214,24 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
-// runActors is `meshnode actors --admin ADDR`: the node's activations as a table.
+// runActors is `meshnode actors`: the node's activations as a table.
 func runActors(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode actors", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", defaultAdmin, "admin address of a running meshnode")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	target := adminFlags(fs)
+	commandUsage(fs, "actors")
+	if err := parseCommandFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	var actors []struct {
-		ID               string `json:"id"`
-		Kind             string `json:"kind"`
-		ObjectGeneration uint64 `json:"objectGeneration"`
+	if fs.NArg() > 0 {
+		return fmt.Errorf("actors: unexpected argument %q", fs.Arg(0))
 	}
-	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/actors", &actors); err != nil {
+	t, err := target()
+	if err != nil {
+		return fmt.Errorf("actors: %w", err)
+	}
+	var actors []activeActorJSON
+	if err := t.call(ctx, http.MethodGet, "/v1/actors", &actors); err != nil {
 		return fmt.Errorf("actors: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -204,4 +240,17 @@ func runActors(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(tw, "%s\t%s\t%d\n", a.ID, a.Kind, a.ObjectGeneration)
 	}
 	return tw.Flush()
+}
+
+// sortedKeys returns always, then the other keys of m in order.
+func sortedKeys(m map[string]int, always ...string) []string {
+	out := append([]string{}, always...)
+	var rest []string
+	for k := range m {
+		if !slices.Contains(always, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
 }

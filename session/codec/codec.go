@@ -129,6 +129,25 @@ func (r *Registry) Lookup(id wire.Codec) (Codec, error) {
 	return nil, fmt.Errorf("%w: no codec registered for number %d", ErrUnknownCodec, id)
 }
 
+// ContentTypeOf returns the content type of the codec registered for id, or
+// ContentTypeRaw when none is: what a record between nodes carries for a STREAM codec
+// number (relays, pushes, topic messages).
+func (r *Registry) ContentTypeOf(id wire.Codec) string {
+	if c, err := r.Lookup(id); err == nil {
+		return c.ContentType()
+	}
+	return ContentTypeRaw
+}
+
+// CodecOf returns the number of the codec registered for the content type ct, or
+// wire.CodecRaw when none is: the inverse of ContentTypeOf, for a record's payload.
+func (r *Registry) CodecOf(ct string) wire.Codec {
+	if c, err := r.ByContentType(ct); err == nil {
+		return c.ID()
+	}
+	return wire.CodecRaw
+}
+
 // ByContentType returns the codec whose canonical content type equals the canonical
 // form of ct (digest §12.4: surrounding SP/TAB trimmed, ASCII letters lowercased).
 // Parameters, inner whitespace, non-ASCII bytes and empty tokens are rejected with

@@ -653,6 +653,11 @@ func (cn *conn) readFrame() (wire.Header, []byte, error) {
 		rs.inFrame, rs.hl, rs.got, rs.buf = true, hl, 0, buf[:n]
 	}
 	for rs.got < len(rs.buf) {
+		if rs.got > 0 {
+			if hook := midFrameRead.Load(); hook != nil {
+				(*hook)()
+			}
+		}
 		m, err := cn.br.Read(rs.buf[rs.got:])
 		rs.got += m
 		if err != nil {
@@ -674,6 +679,11 @@ func (cn *conn) readFrame() (wire.Header, []byte, error) {
 	}
 	return h, body[hl:], nil
 }
+
+// midFrameRead, when set (by tests), runs in readFrame before a read that continues a
+// frame of which it has part: the reader may block there for the rest, which a test
+// that interrupts a read mid-frame waits for.
+var midFrameRead atomic.Pointer[func()]
 
 // handle acts on one frame and reports whether the connection lives on.
 func (cn *conn) handle(h *wire.Header, payload []byte) bool {

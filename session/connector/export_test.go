@@ -20,3 +20,10 @@ func TokenFree(c *Connector) bool {
 	defer cn.mu.Unlock()
 	return cn.rowner == readerNone
 }
+
+// OnMidFrameRead runs f (until the test ends) each time a reader is about to read on in
+// a frame of which it has part: it may block there for the rest.
+func OnMidFrameRead(t interface{ Cleanup(func()) }, f func()) {
+	midFrameRead.Store(&f)
+	t.Cleanup(func() { midFrameRead.Store(nil) })
+}

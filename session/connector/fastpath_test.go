@@ -147,10 +147,23 @@ func TestLeaderInterruptedMidFrame(t *testing.T) {
 				r2 := async(func() error { return c.Request(ctx, "two", msg{}, nil) })
 				f2 := sc.nextKind(t, wire.KindRequest)
 				eventually(t, "the request leads", func() bool { return leads() == 1 })
+				midFrame := make(chan struct{}, 1)
+				connector.OnMidFrameRead(t, func() {
+					select {
+					case midFrame <- struct{}{}:
+					default:
+					}
+				})
 				push, _ := wire.AppendFrame(nil, &wire.Header{Kind: wire.KindSend, Codec: wire.CodecJSON, Name: "news"}, []byte(`{"n":1}`))
 				sc.write(push[:9]) // prefix and part of the header
 				if how == "cancel" {
-					time.Sleep(20 * time.Millisecond) // let the leader block in the read
+					// Cancelled once the leader reads on for the rest of the frame: a
+					// cancel before it has the first bytes would leave the stream untouched.
+					select {
+					case <-midFrame:
+					case <-time.After(waitTimeout):
+						t.Fatal("the leader never read part of the push")
+					}
 					cancel()
 				}
 				err := result(t, r2)

@@ -46,36 +46,53 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// Latency bounds: a well-behaved client's p99 under attack stays within latencyFactor
-// times its p99 alone, measured in the same run, plus a slack for the scheduler of a
-// shared 2-core machine that also runs the hostile clients and several meshnode
-// processes: 20 ms in the full form, 150 ms in the short form (its windows are seconds
-// long, so a few scheduler hiccups move its p99: with a peer SIGSTOPped and 100,000
-// relays queued under -race, single requests stalled 54-74 ms on this machine, and
-// 91-112 ms on a busier day, with the code of before and after the speed work alike,
-// failing 1 run in 5 at 80 ms; a one-second window of 50 to 90 requests makes that one
-// stall its p99). A session that the stalled peer really held would wait seconds.
-const latencyFactor = 5
-
-func latencySlack() time.Duration {
-	if suiteScale().full {
-		return 20 * time.Millisecond
-	}
-	return 150 * time.Millisecond
-}
+// Latency bound: a well-behaved client's p99 under attack stays within latencyFactor
+// times its p99 alone, measured in the same run just before, with no allowance added:
+// a client the attack held would wait hundreds of milliseconds or seconds, against a
+// p99 alone of 0.1-1.8 ms. Measured on the project's 2-core machine, shared, without
+// -race: under attack the p99 was 0.6-4.5 times the p99 alone (short form, three runs:
+// clients that do not read 0.7-1.0x, the slow reader 2.1-4.5x, the stalled peer
+// 0.6-1.4x; full form 2.0x, 1.7x, 0.7x). Under -race the hostile clients, which run in
+// this process, slowed the well-behaved one's goroutine so much that its p99 under
+// attack was 27-132 times its p99 alone with no change in the server: the race
+// detector's figure, not the server's. So the suite measures without it (make test
+// runs it so), and fails when built with -race.
+const latencyFactor = 10
 
 func checkLatency(t *testing.T, base, under latencies) {
 	t.Helper()
-	bound := latencyFactor*base.p(0.99) + latencySlack()
+	bound := latencyFactor * base.p(0.99)
 	figure(t, "well-behaved alone: %s", base)
-	figure(t, "well-behaved under attack: %s (bound p99 <= %v)", under, bound)
+	figure(t, "well-behaved under attack: %s (p99 %.1fx alone; bound %dx: %v)", under, float64(under.p(0.99))/float64(base.p(0.99)), latencyFactor, bound)
+	if raceEnabled {
+		t.Errorf("the abuse suite measures latencies: run it without -race (the race detector slows its own clients tens of times)")
+	}
 	if under.p(0.99) > bound {
-		t.Errorf("well-behaved p99 %v under attack, bound %v (%d x alone + %v)", under.p(0.99), bound, latencyFactor, latencySlack())
+		t.Errorf("well-behaved p99 %v under attack, bound %v (%d x %v alone)", under.p(0.99), bound, latencyFactor, base.p(0.99))
 	}
 	if under.lost != 0 || base.lost != 0 {
 		t.Errorf("well-behaved client lost %d replies", base.lost+under.lost)
 	}
 }
+
+// Memory bounds, a few times the peaks measured (short form under -race and not, full
+// form): the bounds of a scenario hold in both forms, since memory that stays flat does
+// not grow with the attack's length.
+const (
+	// Clients that do not read: peak RSS 30-32 MiB (short), 39 MiB (full); heap in
+	// use 6-7 MiB, 11 MiB.
+	deafRSS, deafHeap = 100 * mib, 32 * mib
+	// The slow reader of relayed replies, on both nodes: peak RSS 33-41 MiB, heap
+	// 6-13 MiB in either form. Without the write queue's bound node a reached 244 and
+	// 316 MiB (heap 187 and 183 MiB) in the short form's 3 s, in two runs.
+	slowRSS, slowHeap = 100 * mib, 32 * mib
+	// A connection that announced a 65,000-byte frame and sent 100 bytes: heap +5-9
+	// KiB, RSS +10-16 KiB each; a trickling one RSS +15-18 KiB each.
+	announcedHeap, announcedRSS, tricklingRSS = 24 << 10, 48 << 10, 48 << 10
+	// How long after the frame timeout a trickling connection is closed: at most 51 ms
+	// (short form, 2 s timeout) and 22 ms (full form, 10 s).
+	closeSlack = 200 * time.Millisecond
+)
 
 // One client stalls the whole node: clients that pipeline echo requests and never read
 // the replies (reconnecting when closed) must stall only themselves.
@@ -107,7 +124,7 @@ func TestAbuse_ClientsThatDoNotReadStallOnlyThemselves(t *testing.T) {
 			runtime.Gosched()
 		}
 	})
-	mem := watchMemory(n)
+	mem := watchMemory(t, n)
 	under := wellBehaved(t, good, "echo", sc.attack, echoed)
 	permits := n.Metric("zlink_host_application_job_queue_jobs", `state=in_use`)
 	h.end()
@@ -115,8 +132,8 @@ func TestAbuse_ClientsThatDoNotReadStallOnlyThemselves(t *testing.T) {
 	checkLatency(t, base, under)
 	figure(t, "%d hostile connections wrote %d requests and never read; permits in use at the end %v; peak RSS %d MiB, heap %d MiB",
 		sc.hostile, frames.Load(), permits, rss/mib, heap/mib)
-	if rss > 400*mib {
-		t.Errorf("peak RSS %d MiB, bound 400 MiB", rss/mib)
+	if rss > deafRSS || heap > deafHeap {
+		t.Errorf("peak RSS %d MiB, heap %d MiB; bounds %d and %d MiB", rss/mib, heap/mib, deafRSS/mib, deafHeap/mib)
 	}
 }
 
@@ -183,7 +200,7 @@ func TestAbuse_SlowReaderOfRelayedRepliesKeepsMemoryFlat(t *testing.T) {
 			}
 		}
 	}()
-	memA, memB := watchMemory(a), watchMemory(b)
+	memA, memB := watchMemory(t, a), watchMemory(t, b)
 	under := wellBehaved(t, good, "room.echo", sc.attack, roomEchoed)
 	close(stop)
 	_ = rc.Close()
@@ -197,8 +214,8 @@ func TestAbuse_SlowReaderOfRelayedRepliesKeepsMemoryFlat(t *testing.T) {
 		node      string
 		rss, heap int64
 	}{{"a", rssA, heapA}, {"b", rssB, heapB}} {
-		if m.rss > 300*mib || m.heap > 200*mib {
-			t.Errorf("node %s: peak RSS %d MiB, heap %d MiB; bounds 300 and 200 MiB", m.node, m.rss/mib, m.heap/mib)
+		if m.rss > slowRSS || m.heap > slowHeap {
+			t.Errorf("node %s: peak RSS %d MiB, heap %d MiB; bounds %d and %d MiB", m.node, m.rss/mib, m.heap/mib, slowRSS/mib, slowHeap/mib)
 		}
 	}
 	noFalseSuspicions(t, a, b)
@@ -212,7 +229,7 @@ func TestAbuse_BindChurnLeavesNoActivationsAndBindingsAreBounded(t *testing.T) {
 	c := dial(t, n.Endpoints["tcp"])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	before := n.RSS()
+	before := n.RSS(t)
 	start := time.Now()
 	const workers = 8
 	var wg sync.WaitGroup
@@ -245,11 +262,12 @@ func TestAbuse_BindChurnLeavesNoActivationsAndBindingsAreBounded(t *testing.T) {
 	churnTime := time.Since(start)
 	proc.Eventually(t, "idle rooms collected", func() bool { return n.Actors() == 0 })
 	collected := time.Since(start) - churnTime
-	rss, heap := n.RSS(), n.HeapInUse()
+	rss, heap := n.RSS(t), n.HeapInUse(t)
 	figure(t, "%d rooms bound and unbound in %v (%d activations at the end of the churn); all collected %v later; RSS %d -> %d MiB, heap in use %d MiB",
 		sc.churn, churnTime.Round(time.Millisecond), peak, collected.Round(time.Millisecond), before/mib, rss/mib, heap/mib)
-	if rss > before+200*mib {
-		t.Errorf("RSS grew from %d to %d MiB", before/mib, rss/mib)
+	if rss > before+sc.churnRSS || heap > sc.churnHeap {
+		t.Errorf("RSS grew from %d to %d MiB (bound +%d MiB), heap in use %d MiB (bound %d MiB)",
+			before/mib, rss/mib, sc.churnRSS/mib, heap/mib, sc.churnHeap/mib)
 	}
 	// One session, many rooms: refused past the bound with capacity_exceeded.
 	greedy := dial(t, n.Endpoints["tcp"])
@@ -347,8 +365,14 @@ func TestAbuse_NodeDeathFailsInFlightRequestsAtOnce(t *testing.T) {
 	if v := a.Metric("meshnode_binding_relayed_requests_failed_total", "reason=node_failed"); v < float64(unavailable) {
 		t.Errorf("node_failed failures counted %v, clients saw %d", v, unavailable)
 	}
-	if last > 20*time.Second {
-		t.Errorf("the last request waited %v after the kill", last)
+	// Failed once the survivor declares the node failed: the last 0.62-1.02 s after
+	// the kill with the test timing, 1.95 s with the lan timing.
+	bound := 3 * time.Second
+	if timing == "lan" {
+		bound = 6 * time.Second
+	}
+	if last > bound {
+		t.Errorf("the last request waited %v after the kill, bound %v", last, bound)
 	}
 }
 
@@ -365,7 +389,7 @@ func TestAbuse_TricklingAndAnnouncingConnectionsAreBounded(t *testing.T) {
 	}
 	n := proc.Start(t, proc.Config{ID: "trickle", Args: args})
 	good := dial(t, n.Endpoints["tcp"])
-	heapBefore, rssBefore := n.HeapInUse(), n.RSS()
+	heapBefore, rssBefore := n.HeapInUse(t), n.RSS(t)
 
 	// Announcers: a prefix for a 65,000-byte frame and 100 bytes of it.
 	h := wire.Header{Kind: wire.KindSend, Codec: wire.CodecRaw, Name: "big"}
@@ -385,92 +409,145 @@ func TestAbuse_TricklingAndAnnouncingConnectionsAreBounded(t *testing.T) {
 	proc.Eventually(t, "announcers connected", func() bool {
 		return n.Metric("zlink_stream_connections_active", "transport=tcp") >= float64(sc.announced+1)
 	})
-	heapAnn, rssAnn := n.HeapInUse(), n.RSS()
+	heapAnn, rssAnn := n.HeapInUse(t), n.RSS(t)
 	perConnHeap := (heapAnn - heapBefore) / int64(sc.announced)
 	figure(t, "%d connections announcing 65,000-byte frames: heap +%d KiB each, RSS +%d KiB each",
 		sc.announced, perConnHeap>>10, (rssAnn-rssBefore)/int64(sc.announced)>>10)
-	if perConnHeap > 24<<10 {
-		t.Errorf("heap %d KiB per connection that announced a 65,000-byte frame and sent 100 bytes", perConnHeap>>10)
+	if perConnRSS := (rssAnn - rssBefore) / int64(sc.announced); perConnHeap > announcedHeap || perConnRSS > announcedRSS {
+		t.Errorf("heap %d KiB and RSS %d KiB per connection that announced a 65,000-byte frame and sent 100 bytes; bounds %d and %d KiB",
+			perConnHeap>>10, perConnRSS>>10, announcedHeap>>10, announcedRSS>>10)
 	}
 
-	// Tricklers: one byte every interval, on tcp and ws.
+	// Tricklers: one byte every interval, on tcp and ws. Each must be closed by the
+	// frame timeout timed from its first byte: never before it (the server starts the
+	// timer when it reads that byte, after the client wrote it), and at most
+	// closeSlack after it.
 	interval := 200 * time.Millisecond
 	if sc.full {
 		interval = 3 * time.Second
 	}
 	frame := mustFrame(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 1, Name: "echo"}, []byte(`"trickle"`))
-	var closed atomic.Int64
+	giveUp := frameTimeout + 20*time.Second
+	type trickler struct{ began, closed time.Time } // closed: zero while the server has not closed it
+	ts := make([]trickler, 2*sc.trickle)
 	var wg sync.WaitGroup
-	start := time.Now()
-	trickle := func(w func([]byte) error, done func()) {
-		defer wg.Done()
-		defer done()
-		for i := 0; ; i++ {
-			if err := w(frame[i%len(frame) : i%len(frame)+1]); err != nil {
-				closed.Add(1)
-				return
-			}
-			time.Sleep(interval)
-			if time.Since(start) > frameTimeout+20*time.Second {
-				return
-			}
-		}
-	}
-	for range sc.trickle {
+	for i := range sc.trickle {
 		c, err := net.Dial("tcp", strings.TrimPrefix(n.Endpoints["tcp"], "tcp://"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		tr := &ts[2*i]
 		wg.Add(1)
-		go trickle(func(b []byte) error {
-			if _, err := c.Write(b); err != nil {
-				return err
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			var buf [256]byte
+			for k := 0; ; k++ {
+				at := time.Now()
+				if k == 0 {
+					tr.began = at
+				}
+				if _, err := c.Write(frame[k%len(frame) : k%len(frame)+1]); err != nil {
+					tr.closed = time.Now()
+					return
+				}
+				// Read (the session-closing, then EOF) until the next byte is due: the
+				// close shows at once.
+				_ = c.SetReadDeadline(at.Add(interval))
+				for {
+					if _, err := c.Read(buf[:]); err != nil {
+						if !isTimeout(err) {
+							tr.closed = time.Now()
+							return
+						}
+						break
+					}
+				}
+				if time.Since(tr.began) > giveUp {
+					return
+				}
 			}
-			// A closed connection shows on the read side first.
-			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-			var one [1]byte
-			if _, err := c.Read(one[:]); err != nil && !isTimeout(err) {
-				return err
-			}
-			return nil
-		}, func() { _ = c.Close() })
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ws, _, err := websocket.Dial(ctx, n.Endpoints["ws"], nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
+		wtr := &ts[2*i+1]
+		var readEnded time.Time // written before wsClosed is closed
 		wsClosed := make(chan struct{})
-		go func() { // reads until the server closes
+		go func() { // reads until the connection closes: the close shows at once
 			defer close(wsClosed)
 			for {
 				if _, _, err := ws.Read(context.Background()); err != nil {
+					readEnded = time.Now()
 					return
 				}
 			}
 		}()
 		wg.Add(1)
-		go trickle(func(b []byte) error {
-			select {
-			case <-wsClosed:
-				return net.ErrClosed
-			default:
+		go func() {
+			defer wg.Done()
+			gaveUp := false
+		trickle:
+			for k := 0; ; k++ {
+				if k == 0 {
+					wtr.began = time.Now()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err := ws.Write(ctx, websocket.MessageBinary, frame[k%len(frame):k%len(frame)+1])
+				cancel()
+				if err != nil {
+					break
+				}
+				select {
+				case <-wsClosed:
+					break trickle
+				case <-time.After(interval):
+				}
+				if gaveUp = time.Since(wtr.began) > giveUp; gaveUp {
+					break
+				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			return ws.Write(ctx, websocket.MessageBinary, b)
-		}, func() { _ = ws.CloseNow(); <-wsClosed })
+			_ = ws.CloseNow()
+			<-wsClosed
+			if !gaveUp {
+				wtr.closed = readEnded
+			}
+		}()
 	}
-	rssTrickle := n.RSS()
+	rssTrickle := n.RSS(t)
 	wg.Wait()
-	took := time.Since(start)
-	figure(t, "%d tcp + %d ws connections trickling 1 byte every %v: all closed %v after they started (frame timeout %v); RSS +%d KiB each while open",
-		sc.trickle, sc.trickle, interval, took.Round(time.Millisecond), frameTimeout, (rssTrickle-rssAnn)/int64(2*sc.trickle)>>10)
-	if got := closed.Load(); got != int64(2*sc.trickle) {
-		t.Errorf("%d of %d trickling connections closed by the server", got, 2*sc.trickle)
+	var open int
+	var first, last time.Duration
+	for _, tr := range ts {
+		if tr.closed.IsZero() {
+			open++
+			continue
+		}
+		d := tr.closed.Sub(tr.began)
+		if first == 0 || d < first {
+			first = d
+		}
+		last = max(last, d)
 	}
-	if v := n.Metric("meshnode_stream_frame_timeouts_total"); v < float64(2*sc.trickle) {
-		t.Errorf("frame timeouts counted %v, want %d", v, 2*sc.trickle)
+	figure(t, "%d tcp + %d ws connections trickling 1 byte every %v: closed %v to %v after their first byte (frame timeout %v, bound %v later); RSS +%d KiB each while open",
+		sc.trickle, sc.trickle, interval, first.Round(time.Millisecond), last.Round(time.Millisecond), frameTimeout, closeSlack,
+		(rssTrickle-rssAnn)/int64(2*sc.trickle)>>10)
+	if open != 0 {
+		t.Errorf("%d of %d trickling connections not closed by the server within %v", open, 2*sc.trickle, giveUp)
+	}
+	if perConn := (rssTrickle - rssAnn) / int64(2*sc.trickle); perConn > tricklingRSS {
+		t.Errorf("RSS %d KiB per trickling connection, bound %d KiB", perConn>>10, tricklingRSS>>10)
+	}
+	if open < len(ts) && (first < frameTimeout || last > frameTimeout+closeSlack) {
+		t.Errorf("trickling connections closed %v to %v after their first byte; the frame timeout is %v (and %v for the close itself)",
+			first, last, frameTimeout, closeSlack)
+	}
+	// Every announcer and every trickler had a frame begun and never completed.
+	if v, want := n.Metric("meshnode_stream_frame_timeouts_total"), sc.announced+2*sc.trickle; v != float64(want) {
+		t.Errorf("frame timeouts counted %v, want %d (%d announcers, %d tricklers)", v, want, sc.announced, 2*sc.trickle)
 	}
 	var out json.RawMessage
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -485,18 +562,22 @@ func TestAbuse_TricklingAndAnnouncingConnectionsAreBounded(t *testing.T) {
 
 // At the file-descriptor limit: past --max-connections new connections are refused
 // cleanly (session-closing ServerDrain), the admin endpoint keeps answering, and the
-// connections already open keep working.
+// connections already open keep working. The limit is the default one, the open-files
+// limit less its reserve, so exactly the connections past it are refused.
 func TestAbuse_ConnectionLimitRefusesCleanlyAndAdminStaysUp(t *testing.T) {
-	const openFiles = 600 // default limit then: 600 less a reserve of 256 = 344
+	const openFiles = 600
+	// session.DefaultMaxConnections: the open-files limit less a reserve of a tenth of
+	// it, at least 256 descriptors.
+	const admitted = openFiles - 256
 	n := proc.Start(t, proc.Config{ID: "fd", OpenFiles: openFiles, Streams: []string{"tcp://127.0.0.1:0"}})
-	addr := strings.TrimPrefix(n.Endpoints["tcp"], "tcp://")
 	var conns []*rawClient
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	}()
-	refused := 0
+	// One at a time: the server accepts them in this order, so the first `admitted`
+	// take the slots and every later one is refused.
 	for i := 0; i < openFiles; i++ {
 		c, err := dialRaw(n.Endpoints["tcp"])
 		if err != nil {
@@ -506,8 +587,8 @@ func TestAbuse_ConnectionLimitRefusesCleanlyAndAdminStaysUp(t *testing.T) {
 	}
 	// Read every connection at once: an admitted one sends nothing and times out.
 	var wg sync.WaitGroup
-	var refusedN atomic.Int64
-	for _, c := range conns {
+	refusedAt := make([]bool, len(conns))
+	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -515,13 +596,21 @@ func TestAbuse_ConnectionLimitRefusesCleanlyAndAdminStaysUp(t *testing.T) {
 			h, payload, err := c.readFrame()
 			if err == nil && h.Name == wire.NameSessionClosing {
 				if sc, _ := wire.DecodeSessionClosing(payload); sc.Reason == wire.CloseServerDrain {
-					refusedN.Add(1)
+					refusedAt[i] = true
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	refused = int(refusedN.Load())
+	refused, misplaced := 0, 0
+	for i, r := range refusedAt {
+		if r {
+			refused++
+		}
+		if r != (i >= admitted) {
+			misplaced++
+		}
+	}
 	resp, err := http.Get("http://" + n.Admin + "/healthz")
 	if err != nil {
 		t.Fatalf("admin endpoint at the connection limit: %v", err)
@@ -534,8 +623,11 @@ func TestAbuse_ConnectionLimitRefusesCleanlyAndAdminStaysUp(t *testing.T) {
 	counted := proc.Sum(metrics, "meshnode_stream_connections_refused_total")
 	figure(t, "open-files limit %d: %d connections attempted, %d refused with session-closing ServerDrain (%v counted); /healthz and /metrics answered",
 		openFiles, len(conns), refused, counted)
-	if refused == 0 || float64(refused) != counted {
-		t.Errorf("%d refusals seen by clients, %v counted", refused, counted)
+	if want := openFiles - admitted; refused != want || counted != float64(want) {
+		t.Errorf("%d refusals seen by clients and %v counted; want %d (%d connections, limit %d)", refused, counted, want, openFiles, admitted)
+	}
+	if misplaced != 0 {
+		t.Errorf("%d connections refused or admitted out of their order (the first %d are admitted)", misplaced, admitted)
 	}
 	// The first connection is one of the admitted: it still works.
 	c := conns[0]
@@ -546,7 +638,6 @@ func TestAbuse_ConnectionLimitRefusesCleanlyAndAdminStaysUp(t *testing.T) {
 	if h, payload, err := c.readFrame(); err != nil || h.Kind != wire.KindResponse || string(payload) != `"alive"` {
 		t.Fatalf("admitted connection: %v %q %v", h.Kind, payload, err)
 	}
-	_ = addr
 }
 
 // A peer node that stops reading (SIGSTOP): the relay windows of the sessions that

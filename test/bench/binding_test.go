@@ -21,7 +21,11 @@ import (
 // rawEchoTarget starts two nodes and a plain protoactor actor on node 1 that answers
 // every envelope with itself; it returns node 0's root context and that actor.
 func rawEchoTarget(b *testing.B) (*proto.RootContext, *proto.PID) {
-	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	return rawEchoOn(b, fleet.Start(b, 2, fleet.Options{NoTap: true}))
+}
+
+// rawEchoOn is rawEchoTarget on the nodes 0 and 1 of a fleet already started.
+func rawEchoOn(b *testing.B, f *fleet.Fleet) (*proto.RootContext, *proto.PID) {
 	pid, err := nodert.SystemOf(f.Node(1).Mesh()).Root.SpawnNamed(proto.PropsFromFunc(func(ctx proto.Context) {
 		if m, ok := ctx.Message().(*meshpb.Envelope); ok {
 			ctx.Respond(m)
@@ -120,6 +124,37 @@ func BenchmarkBoundRequestCrossNode(b *testing.B) { boundRequest(b, 1) }
 
 // BenchmarkBoundRequestSameNode: the same with the Actor on the session's node.
 func BenchmarkBoundRequestSameNode(b *testing.B) { boundRequest(b, 0) }
+
+// BenchmarkBoundRequestCrossNodeInterleaved is the bound request measured against raw
+// remote requests in alternation: blocks of room.echo requests relayed to a room on
+// node 1 and of RequestFutures to a plain actor on node 1, between the same two nodes,
+// take turns, so that both see the same machine. It reports the bound requests' time
+// over the raw requests' (x-raw-remote-request-time; the bound request's ratio is its
+// inverse); ns/op is one of each.
+func BenchmarkBoundRequestCrossNodeInterleaved(b *testing.B) {
+	f := fleet.Start(b, 2, fleet.Options{NoTap: true})
+	c := boundClient(b, f, 1, "room")
+	root, target := rawEchoOn(b, f)
+	ctx := context.Background()
+	payload := []byte(`{"msg":"hello mesh","n":12345678}`)
+	msg := &meshpb.Envelope{Frames: [][]byte{payload64}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	ratio := alternate(b, 200, func(n int) {
+		for range n {
+			if _, err := c.RequestRaw(ctx, "room.echo", wire.CodecJSON, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(n int) {
+		for range n {
+			if _, err := root.RequestFuture(target, msg, benchWait).Result(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(ratio, "x-raw-remote-request-time")
+}
 
 // BenchmarkBoundRelaySendCrossNode: one-way relay throughput, client Sends relayed to
 // the bound Actor on the other node, until the Actor counted all of them.

@@ -46,7 +46,11 @@ func BenchmarkIdleSessions(b *testing.B) {
 	addr := srv.Endpoints["tcp"]
 	settle := func() (rss, heap, goroutines float64) {
 		time.Sleep(500 * time.Millisecond) // let the runtime return what the burst took
-		return float64(srv.RSS()), srv.Metric("go_memstats_heap_inuse_bytes"), srv.Metric("go_goroutines")
+		g := srv.Metric("go_goroutines")
+		if g < 1 {
+			b.Fatalf("go_goroutines of the server: %v", g)
+		}
+		return float64(srv.RSS(b)), float64(srv.HeapInUse(b)), g
 	}
 	rss0, heap0, g0 := settle()
 	conns := make([]net.Conn, 0, n)

@@ -185,18 +185,25 @@ func actorSendCrossNode(b *testing.B, byPointer bool) {
 }
 
 // convergence starts n in-process nodes with the given timing and reports the seconds
-// until every node sees every other.
+// until every node sees every other: the fastest of the iterations. Converging waits
+// on gossip rounds and on free CPU (n nodes share the process's cores); on a shared
+// machine other tenants only ever add to it (30 nodes: 0.65 to 3.2 s in five runs of
+// the last iteration), so the fastest is the figure of the code.
 func convergence(b *testing.B, n int, timing meshtest.Timing) {
+	var fastest time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		c := meshtest.Start(b, n, meshtest.Options{Timing: timing, NoTap: true, ConvergeTimeout: 90 * time.Second})
-		b.ReportMetric(time.Since(start).Seconds(), "s/converge")
+		if d := time.Since(start); i == 0 || d < fastest {
+			fastest = d
+		}
 		b.StopTimer()
 		for j := 0; j < n; j++ {
 			c.Kill(j)
 		}
 		b.StartTimer()
 	}
+	b.ReportMetric(fastest.Seconds(), "s/converge")
 }
 
 func BenchmarkConvergence10NodesLAN(b *testing.B)   { convergence(b, 10, meshtest.TimingLAN) }

@@ -5,6 +5,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/meshnode/meshnode/examples/sampleapp"
 	"github.com/meshnode/meshnode/session"
+	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -140,31 +142,63 @@ func startMeshnodeWith(tb testing.TB, opts session.HostOptions) (addr string, st
 // pingPong runs b.N request/response round trips on one raw connection with reused
 // buffers, so the client allocates nothing and allocs/op is the server's.
 func pingPong(b *testing.B, addr string) {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	req := requestFrame(b, 1)
-	br := bufio.NewReaderSize(c, 16<<10)
-	buf := make([]byte, 0, 256)
-	b.SetBytes(int64(len(req)))
+	p := dialRawPinger(b, addr)
+	defer p.c.Close()
+	b.SetBytes(int64(len(p.req)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuPerOp(b)
-	for i := 0; i < b.N; i++ {
-		keepDeadline(c, i)
-		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if buf, err = readFrame(br, buf); err != nil {
-			b.Fatal(err)
-		}
-	}
+	err := p.roundTrips(b.N)
 	b.StopTimer()
 	cpu()
-	if buf[wire.PrefixSize+1] != byte(wire.KindResponse) {
-		b.Fatalf("reply kind %d", buf[wire.PrefixSize+1])
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawPinger is one raw client connection making echo round trips with reused buffers:
+// it allocates nothing.
+type rawPinger struct {
+	c        net.Conn
+	br       *bufio.Reader
+	req, buf []byte
+	ops      int
+}
+
+func dialRawPinger(tb testing.TB, addr string) *rawPinger {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &rawPinger{c: c, br: bufio.NewReaderSize(c, 16<<10), req: requestFrame(tb, 1), buf: make([]byte, 0, 256)}
+}
+
+// roundTrips makes n round trips, each answered by a Response.
+func (p *rawPinger) roundTrips(n int) error {
+	for range n {
+		keepDeadline(p.c, p.ops)
+		p.ops++
+		if _, err := p.c.Write(p.req); err != nil {
+			return err
+		}
+		var err error
+		if p.buf, err = readFrame(p.br, p.buf); err != nil {
+			return err
+		}
+		if p.buf[wire.PrefixSize+1] != byte(wire.KindResponse) {
+			return fmt.Errorf("reply kind %d", p.buf[wire.PrefixSize+1])
+		}
+	}
+	return nil
+}
+
+// block returns p's round trips as a block for alternate.
+func (p *rawPinger) block(tb testing.TB) func(n int) {
+	return func(n int) {
+		if err := p.roundTrips(n); err != nil {
+			tb.Fatal(err)
+		}
 	}
 }
 
@@ -189,6 +223,25 @@ func BenchmarkServerEchoRawClientNoInlineTurns(b *testing.B) {
 	addr, stop := startMeshnodeWith(b, session.HostOptions{NoInlineTurns: true})
 	defer stop()
 	pingPong(b, addr)
+}
+
+// BenchmarkServerEchoInlineTurnsInterleaved is the inline-turn fast path measured
+// against its switch in alternation: blocks of raw-client echo round trips to a host
+// with inline turns (the default) and to one without take turns, so that both see the
+// same machine. It reports the first's time over the second's
+// (x-no-inline-turns-time; the fast path's ratio is its inverse); ns/op is one of each.
+func BenchmarkServerEchoInlineTurnsInterleaved(b *testing.B) {
+	on, stopOn := startMeshnode(b)
+	defer stopOn()
+	off, stopOff := startMeshnodeWith(b, session.HostOptions{NoInlineTurns: true})
+	defer stopOff()
+	pOn, pOff := dialRawPinger(b, on), dialRawPinger(b, off)
+	defer pOn.c.Close()
+	defer pOff.c.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	ratio := alternate(b, 1000, pOn.block(b), pOff.block(b))
+	b.ReportMetric(ratio, "x-no-inline-turns-time")
 }
 
 // parallelPingPong runs conns connections ping-ponging at once, b.N round trips total.
@@ -256,4 +309,64 @@ func BenchmarkServerEcho100ConnsRawClient(b *testing.B) {
 	addr, stop := startMeshnode(b)
 	defer stop()
 	parallelPingPong(b, addr, 100)
+}
+
+// BenchmarkConnectorEcho100ConnsInterleaved is (c) measured against its baseline in
+// alternation: blocks of round trips spread over 100 connectors to a meshnode host and
+// over 100 raw connections to the raw echo server take turns, so that both see the
+// same machine. It reports the connectors' time over the raw connections'
+// (x-raw-100conns-time; the ratio of (c) is its inverse); ns/op is one of each.
+func BenchmarkConnectorEcho100ConnsInterleaved(b *testing.B) {
+	addr, stop := startMeshnode(b)
+	defer stop()
+	rawAddr, stopRaw := startRawEcho(b)
+	defer stopRaw()
+	const conns = 100
+	cs := make([]*connector.Connector, conns)
+	ps := make([]*rawPinger, conns)
+	for i := range cs {
+		cs[i] = dialConnector(b, addr)
+		defer cs[i].Close()
+		ps[i] = dialRawPinger(b, rawAddr)
+		defer ps[i].c.Close()
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	ratio := alternate(b, 5000, func(n int) {
+		spread(b, n, conns, func(i, k int) error {
+			for range k {
+				if _, err := cs[i].RequestRaw(ctx, "echo", wire.CodecJSON, echoPayload); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}, func(n int) {
+		spread(b, n, conns, func(i, k int) error { return ps[i].roundTrips(k) })
+	})
+	b.ReportMetric(ratio, "x-raw-100conns-time")
+}
+
+// spread runs n operations over workers goroutines at once, worker i running its
+// share k with op(i, k), and returns when all are done; an error fails tb.
+func spread(tb testing.TB, n, workers int, op func(i, k int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for i := range workers {
+		k := n / workers
+		if i < n%workers {
+			k++
+		}
+		wg.Go(func() {
+			if err := op(i, k); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
 }

@@ -1,11 +1,17 @@
-// Command benchreport reads `go test -bench` output on stdin and prints each benchmark
-// against its baseline from the same run, as throughput ratios. Absolute figures drift
-// 2-3x on shared machines; ratios measured in one run hold. It exits 1 when a goal is
-// missed (a figure the project holds itself to) and only reports a target (a figure
-// an open issue is working toward).
+// Command benchreport reads `go test -bench` output on stdin and judges it against the
+// project's one table of goals and targets (rows; docs/benchmarks.md shows it, printed
+// by `benchreport -markdown`). A goal is a figure the project holds itself to: missed,
+// or not measured because its benchmark did not run, it makes benchreport exit 1. A
+// target is a figure an open issue works toward: reported only.
 //
-// A benchmark that has a leg its baseline has not (a STREAM round trip in front of a
-// cross-node one) is also shown against its ceiling, and, when the benchmarks report
-// their CPU accounting (user-us/op, sys-us/op, ctxsw/op), against the CPU time and
-// context switches its baseline and that leg's floor spend together.
+// Every goal is a ratio measured in alternation with its baseline (blocks of each
+// taking turns in one benchmark: absolute figures drift 2-3x on shared machines, and
+// a benchmark and its baseline run minutes apart see different machines) or a count
+// or a time a benchmark reports itself. Each sits 15-20% short of the median of three
+// runs on the project's machine. The same figures run apart are shown too, with the
+// CPU time each side spent per operation; a benchmark that has a leg its baseline has
+// not (a STREAM round trip in front of a cross-node one) is also shown against its
+// ceiling.
+//
+// -only REGEXP judges only the rows whose benchmark matches (make idle runs one).
 package main

@@ -75,9 +75,8 @@ func (p *meshProc) rooms() (ids []string, ok bool) {
 	return ids, true
 }
 
-// quorumMetric is the Prometheus name of the gauge meshnode.actor.quorum: the OTel
-// exporter adds the suffix of its unit, "1".
-const quorumMetric = "meshnode_actor_quorum_ratio"
+// quorumMetric is the Prometheus name of the 0/1 gauge meshnode.actor.quorum.
+const quorumMetric = "meshnode_actor_quorum"
 
 // quorum is the node's keep-majority gauge: 1 with a majority, 0 without, -1 when the
 // node does not answer or does not export it.

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/internal/testkit"
+	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session/connector"
 )
 
@@ -29,30 +30,49 @@ import (
 const Wait = 30 * time.Second
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	builds   = map[string]string{} // version stamped ("" none) -> the binary's path
 )
 
 // Binary builds cmd/meshnode once for the whole test binary and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "meshnode-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "meshnode"), "github.com/meshnode/meshnode/cmd/meshnode")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("build meshnode: %w: %s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	return BinaryVersion(t, "")
+}
+
+// BinaryVersion builds cmd/meshnode with version stamped as its module version
+// (-X main.version; "" stamps none), once per version for the whole test binary, and
+// returns its path: a fleet of several versions.
+func BinaryVersion(t testing.TB, version string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builds[version]; ok {
+		return p
 	}
-	return filepath.Join(buildDir, "meshnode")
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "meshnode-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
+	}
+	name := "meshnode"
+	args := []string{"build"}
+	if version != "" {
+		name += "-" + version
+		args = append(args, "-ldflags", "-X main.version="+version)
+	}
+	path := filepath.Join(buildDir, name)
+	cmd := exec.Command("go", append(args, "-o", path, "github.com/meshnode/meshnode/cmd/meshnode")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build meshnode %s: %v: %s", version, err, out.String())
+	}
+	builds[version] = path
+	return path
 }
 
 // Cleanup removes the built binary; call it from TestMain after the tests ran.
@@ -102,6 +122,9 @@ type Config struct {
 	Args []string
 	// OpenFiles, when positive, runs the process with that open-files limit.
 	OpenFiles int
+	// Version, when set, runs a binary with that module version stamped
+	// (BinaryVersion).
+	Version string
 }
 
 // Node is one running meshnode process.
@@ -111,6 +134,9 @@ type Node struct {
 	Endpoints map[string]string
 	cmd       *exec.Cmd
 	exited    chan struct{}
+	ready     chan struct{} // closed when the process prints "meshnode: ready"
+	admin     chan struct{} // closed when it prints its admin address
+	stdout    *testkit.LockedBuffer
 	stderr    *testkit.LockedBuffer
 }
 
@@ -124,7 +150,19 @@ var (
 // SIGKILL) when the test ends.
 func Start(t testing.TB, cfg Config) *Node {
 	t.Helper()
-	bin := Binary(t)
+	n := Launch(t, cfg)
+	n.WaitReady(t)
+	return n
+}
+
+// Launch starts a process without waiting for it to be ready (WaitReady, WaitAdmin,
+// Exited wait for what a test needs); it is stopped (SIGTERM, then SIGKILL) when the
+// test ends. The process gets the test's environment without its MESHNODE_*
+// variables (the suites' own switches, which the binary would refuse as unknown):
+// its configuration is its flags.
+func Launch(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	bin := BinaryVersion(t, cfg.Version)
 	if cfg.Mesh == "" {
 		cfg.Mesh = "127.0.0.1:0"
 	}
@@ -156,7 +194,8 @@ func Start(t testing.TB, cfg Config) *Node {
 		// under the package's ./meshnode-data.
 		args = append(args, "--data-dir", t.TempDir())
 	}
-	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), stderr: &testkit.LockedBuffer{}}
+	n := &Node{Config: cfg, Endpoints: map[string]string{}, exited: make(chan struct{}), ready: make(chan struct{}),
+		admin: make(chan struct{}), stdout: &testkit.LockedBuffer{}, stderr: &testkit.LockedBuffer{}}
 	if cfg.OpenFiles > 0 {
 		quoted := make([]string, len(args))
 		for i, a := range args {
@@ -166,6 +205,7 @@ func Start(t testing.TB, cfg Config) *Node {
 	} else {
 		n.cmd = exec.Command(bin, args...)
 	}
+	n.cmd.Env = Environ()
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -175,42 +215,97 @@ func Start(t testing.TB, cfg Config) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Stop)
-	ready := make(chan struct{})
-	var mu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(out)
-		signalled := false
+		var ready, admin bool
 		for sc.Scan() {
 			line := sc.Text()
-			mu.Lock()
+			_, _ = n.stdout.Write([]byte(line + "\n"))
 			if m := reNode.FindStringSubmatch(line); m != nil {
 				n.Mesh, n.Remote = m[1], m[2]
 			}
 			if m := reAdmin.FindStringSubmatch(line); m != nil {
-				n.Admin = m[1]
+				n.Config.Admin = m[1]
 			}
 			if m := reStream.FindStringSubmatch(line); m != nil {
 				n.Endpoints[m[1]] = m[1] + "://" + m[2]
 			}
-			mu.Unlock()
-			if !signalled && strings.HasPrefix(line, "meshnode: ready") {
-				close(ready)
-				signalled = true
+			if !admin && reAdmin.MatchString(line) {
+				close(n.admin)
+				admin = true
+			}
+			if !ready && strings.HasPrefix(line, "meshnode: ready") {
+				close(n.ready)
+				ready = true
 			}
 		}
 		_ = n.cmd.Wait()
 		close(n.exited)
 	}()
-	select {
-	case <-ready:
-	case <-n.exited:
-		t.Fatalf("meshnode %s exited before it was ready: %s", cfg.ID, n.stderr.Tail(2000))
-	case <-time.After(Wait):
-		t.Fatalf("meshnode %s not ready after %v: %s", cfg.ID, Wait, n.stderr.Tail(2000))
-	}
-	mu.Lock()
-	defer mu.Unlock()
 	return n
+}
+
+// Environ is the test's environment without MESHNODE_* variables: what the kit's
+// processes get.
+func Environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MESHNODE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// WaitReady waits until the process printed "meshnode: ready", failing the test when
+// it exits first or is not ready within Wait.
+func (n *Node) WaitReady(t testing.TB) {
+	t.Helper()
+	n.waitFor(t, n.ready, "ready")
+}
+
+// WaitAdmin waits until the process printed its admin address (Admin is then the
+// real one), failing the test when it exits first or does not within Wait.
+func (n *Node) WaitAdmin(t testing.TB) {
+	t.Helper()
+	n.waitFor(t, n.admin, "serving its admin address")
+}
+
+func (n *Node) waitFor(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-n.exited:
+		t.Fatalf("meshnode %s exited before it was %s: %s", n.ID, what, n.stderr.Tail(2000))
+	case <-time.After(Wait):
+		t.Fatalf("meshnode %s not %s after %v: %s", n.ID, what, Wait, n.stderr.Tail(2000))
+	}
+	// What the output reader filled in before it closed ch is visible from here.
+}
+
+// Ready reports whether the process has printed "meshnode: ready".
+func (n *Node) Ready() bool {
+	select {
+	case <-n.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stdout returns what the process printed on its standard output so far.
+func (n *Node) Stdout() string { return n.stdout.String() }
+
+// ExitCode waits until the process has exited (at most Wait, failing the test) and
+// returns its exit code.
+func (n *Node) ExitCode(t testing.TB) int {
+	t.Helper()
+	select {
+	case <-n.exited:
+	case <-time.After(Wait):
+		t.Fatalf("meshnode %s still runs after %v: %s", n.ID, Wait, n.stderr.Tail(2000))
+	}
+	return n.cmd.ProcessState.ExitCode()
 }
 
 // Stderr returns the end of the process's log.
@@ -257,9 +352,11 @@ func (n *Node) Kill() {
 // Member is one row of /v1/members.
 type Member struct {
 	RID        string `json:"rid"`
-	Generation uint64 `json:"generation"`
+	Generation uint64 `json:"generation,string"`
 	Address    string `json:"address"`
 	State      string `json:"state"`
+	// Versions is what the member announces (nil: nothing, an older build).
+	Versions *mesh.Versions `json:"versions"`
 }
 
 // Members returns the process's view of the mesh (nil when the admin endpoint does not
@@ -370,32 +467,56 @@ func Sum(text, name string, labels ...string) float64 {
 	return total
 }
 
-// RSS returns the process's resident set size in bytes (0 when unknown).
-func (n *Node) RSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.PID()))
+// RSS returns the process's resident set size in bytes. A figure it cannot read fails
+// the test (t.Errorf, so that a goroutine sampling it may call it too) and is -1: a
+// bound checked against a zero read would pass whatever the process used.
+func (n *Node) RSS(t testing.TB) int64 {
+	t.Helper()
+	v, err := n.readRSS()
 	if err != nil {
-		return 0
+		t.Errorf("meshnode %s: RSS: %v", n.ID, err)
+		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return v
 }
 
-// HeapInUse returns the Go heap in use of the process, from its metrics (0 when
-// unknown).
-func (n *Node) HeapInUse() int64 {
-	v := n.Metric("go_memstats_heap_inuse_bytes")
-	if v < 0 {
-		return 0
+func (n *Node) readRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.PID()))
+	if err != nil {
+		return 0, err
 	}
-	return int64(v)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "VmRSS:") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 || f[2] != "kB" {
+			return 0, fmt.Errorf("unexpected VmRSS line %q", line)
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmRSS line %q: %w", line, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no VmRSS line in /proc/%d/status", n.PID())
+}
+
+// HeapInUse returns the Go heap in use of the process (go_memstats_heap_inuse_bytes
+// from its metrics). A figure it cannot read fails the test (t.Errorf, as RSS) and is
+// -1.
+func (n *Node) HeapInUse(t testing.TB) int64 {
+	t.Helper()
+	const name = "go_memstats_heap_inuse_bytes"
+	text, err := n.Metrics()
+	if err == nil && !strings.Contains(text, "\n"+name+" ") {
+		err = fmt.Errorf("%s not exported", name)
+	}
+	if err != nil {
+		t.Errorf("meshnode %s: heap in use: %v", n.ID, err)
+		return -1
+	}
+	return int64(Sum(text, name))
 }
 
 // Eventually polls cond until it holds, failing the test after Wait.

@@ -517,6 +517,7 @@ const (
 	mPackets    = "meshnode.stream.packets"
 	mJobs       = "zlink.host.application_job_queue.jobs"
 	mJobLimit   = "zlink.host.application_job_queue.limit"
+	mJobPeak    = "zlink.host.application_job_queue.jobs.peak"
 	mWaiters    = "zlink.host.application_job_queue.capacity_waiters"
 	mPressure   = "zlink.host.application_job_queue.pressure_state"
 	mSocketErrs = "meshnode.stream.socket_errors"

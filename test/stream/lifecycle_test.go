@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/meshnode/meshnode/fault"
 	"github.com/meshnode/meshnode/internal/testkit"
@@ -600,5 +601,42 @@ func TestPush_BackpressureWhenClientDoesNotRead(t *testing.T) {
 	mustNotErr(t, peer.Send(context.Background(), "after", wire.CodecJSON, []byte(`{}`)), "Send after draining")
 	if f := readFrame(t, c); f.Header.Name != "after" {
 		t.Fatalf("got %q", f.Header.Name)
+	}
+}
+
+// A metrics collection that runs while the host shuts down (a scraper, the dashboard's
+// sampler) never deadlocks with it: the collection's callbacks take the host's lock,
+// and the shutdown unregisters them. Once it held its lock while it waited for a
+// collection in progress, which waited for that lock; the binary's stop hung.
+func TestLifecycle_ShutdownWhileMetricsAreCollected(t *testing.T) {
+	for round := 0; round < 30; round++ {
+		th := startHost(t, nil, session.HostOptions{}, nil)
+		th.connect(t) // a session, so that the callbacks walk one
+		stop := make(chan struct{})
+		collecting := make(chan struct{})
+		go func() {
+			defer close(collecting)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var rm metricdata.ResourceMetrics
+				_ = th.reader.Collect(context.Background(), &rm) // not t.Fatal: not the test's goroutine
+			}
+		}()
+		done := make(chan error, 1)
+		go func() { done <- th.h.Shutdown(context.Background()) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitLong):
+			t.Fatalf("round %d: Shutdown did not return while metrics were collected", round)
+		}
+		close(stop)
+		<-collecting
 	}
 }

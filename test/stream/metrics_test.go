@@ -105,7 +105,7 @@ func TestMetrics_JobQueueIdle(t *testing.T) {
 		"queued":         {[]attribute.KeyValue{state("queued")}, 0},
 		"running":        {[]attribute.KeyValue{state("running")}, 1},
 		"paused":         {[]attribute.KeyValue{state("paused")}, 0},
-		"peak(at least)": {[]attribute.KeyValue{state("peak")}, 1},
+		"peak(at least)": {nil, 1},
 	} {
 		metric := mJobs
 		switch name {
@@ -113,6 +113,8 @@ func TestMetrics_JobQueueIdle(t *testing.T) {
 			metric = mJobLimit
 		case "running", "paused":
 			metric = mPressure
+		case "peak(at least)":
+			metric = mJobPeak
 		}
 		got := metricValue(rm, metric, exp.attrs...)
 		if name == "peak(at least)" {

@@ -37,25 +37,23 @@ func TestTopics_SubscriberThatNeverReadsIsDroppedWithoutSlowingOthers(t *testing
 	}
 	pub := f.Connect(t, 0)
 	// 60 KB messages: the client's socket buffers and then its 1 MiB queue fill within
-	// a few hundred.
+	// a few hundred. The publishes go on in the background; the client that does not
+	// read starts reading once it was dropped (a write blocked on its full socket for
+	// longer than the session's SendTimeout would close it instead).
 	big := strings.Repeat("x", 60_000)
 	const messages = 400
 	start := time.Now()
-	for n := 1; n <= messages; n++ {
-		publish(t, pub, "firehose", big)
-	}
-	publishing := time.Since(start)
-	for k, ch := range readers {
+	published := make(chan error, 1)
+	go func() {
 		for n := 1; n <= messages; n++ {
-			if r := next(t, ch, "a reader's message"); r.Seq != uint64(n) {
-				t.Fatalf("reader %d, message %d: seq %d", k, n, r.Seq)
+			if err := request(t, pub, "publish", map[string]any{"topic": "firehose", "payload": big}); err != nil {
+				published <- err
+				return
 			}
 		}
-	}
+		published <- nil
+	}()
 	eventually(t, "the raw client was dropped", func() bool { return f.Node(1).Topics().Stats().DroppedSlow == 1 })
-	if p := f.Node(1).Topics().Presence("firehose"); p.Subscribers != 2 {
-		t.Fatalf("presence after the drop: %+v", p)
-	}
 	// What the raw client reads: messages (fewer than were published), then the notice.
 	got := 0
 	for {
@@ -70,6 +68,20 @@ func TestTopics_SubscriberThatNeverReadsIsDroppedWithoutSlowingOthers(t *testing
 			break
 		}
 		got++
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	publishing := time.Since(start)
+	for k, ch := range readers {
+		for n := 1; n <= messages; n++ {
+			if r := next(t, ch, "a reader's message"); r.Seq != uint64(n) {
+				t.Fatalf("reader %d, message %d: seq %d", k, n, r.Seq)
+			}
+		}
+	}
+	if p := f.Node(1).Topics().Presence("firehose"); p.Subscribers != 2 {
+		t.Fatalf("presence after the drop: %+v", p)
 	}
 	if got == 0 || got >= messages {
 		t.Fatalf("the dropped client read %d of %d messages", got, messages)

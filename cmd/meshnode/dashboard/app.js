@@ -68,6 +68,26 @@ function fmtRate(r) {
   return r === undefined ? "–" : r.toFixed(1);
 }
 
+// fmtAge writes a duration in seconds the short way: 42s, 3m 05s, 2h 14m, 3d 4h.
+function fmtAge(sec) {
+  sec = Math.max(0, Math.floor(sec));
+  const d = Math.floor(sec / 86400), h = Math.floor(sec / 3600) % 24, m = Math.floor(sec / 60) % 60, s = sec % 60;
+  if (d > 0) return `${d}d ${h}h`;
+  if (h > 0) return `${h}h ${String(m).padStart(2, "0")}m`;
+  if (m > 0) return `${m}m ${String(s).padStart(2, "0")}s`;
+  return `${s}s`;
+}
+
+function fmtMiB(bytes) {
+  return bytes > 0 ? (bytes / 1048576).toFixed(1) + " MiB" : "–";
+}
+
+// stateText is a member's state, with how long it has been so when it is not alive.
+function stateText(m, now) {
+  if (m.state === "alive" || !m.since) return m.state;
+  return `${m.state} for ${fmtAge((now - Date.parse(m.since)) / 1000)}`;
+}
+
 function byKey(obj) {
   return Object.entries(obj || {}).sort((a, b) => a[0].localeCompare(b[0]));
 }
@@ -109,8 +129,15 @@ function renderFleet(f) {
     }
     const transports = n ? byKey(n.sessions.byTransport).map(([k, v]) => `${k} ${v}`).join(", ") : "";
     const cell = (v, testid) => el("td", testid ? { "data-testid": testid } : {}, v);
-    rows.push(el("tr", { "data-testid": "member-row", "data-rid": m.rid, "data-state": m.state, class: m.rid === f.self ? "self" : "" },
-      cell(m.rid), cell(m.state + (m.error ? " ⚠" : ""), "member-state"), cell(m.generation), cell(m.address),
+    const h = n && n.health;
+    const ready = h ? el("td", { "data-testid": "member-ready", class: h.ready ? "" : "not-ready", title: h.notReady || "" }, h.ready ? "ready" : "not ready: " + h.notReady) : cell("–");
+    const version = m.versions ? m.versions.build + (m.versions.revision ? " (" + m.versions.revision + ")" : "") : (h ? h.version : "–");
+    rows.push(el("tr", { "data-testid": "member-row", "data-rid": m.rid, "data-state": m.state,
+      class: (m.rid === f.self ? "self " : "") + "state-" + m.state },
+      cell(m.rid), cell(stateText(m, Date.now()) + (m.error ? " ⚠" : ""), "member-state"), cell(m.generation), cell(m.address),
+      ready, cell(version, "member-version"), cell(h ? fmtAge(h.uptimeSeconds) : "–", "member-uptime"),
+      cell(h ? `${fmtMiB(h.rssBytes)} / ${fmtMiB(h.heapBytes)}` : "–", "member-memory"),
+      cell(h ? `${h.openFiles} / ${h.maxFiles}` : "–", "member-files"),
       n ? cell(`${n.sessions.total}${transports ? " (" + transports + ")" : ""}`, "member-sessions") : cell(m.error || "–"),
       cell(n ? `${n.jobQueue.inUse} / ${n.jobQueue.limit}${n.jobQueue.paused ? " paused" : ""}` : "–"),
       cell(n ? n.bindings : "–", "member-bindings"), cell(n ? n.actors : "–", "member-actors"),
@@ -159,6 +186,18 @@ function renderActors(a) {
   renderPager(pagers.actors, a.actors.length, a.total);
 }
 
+// renderTopics shows the topics with subscribers anywhere in the fleet, as this node
+// knows them (presence is eventually consistent), and this node's topic figures.
+function renderTopics(t) {
+  const rows = t.topics.map((x) => el("tr", { "data-testid": "topic-row" },
+    el("td", {}, x.topic), el("td", { "data-testid": "topic-subscribers" }, x.subscribers),
+    el("td", {}, x.nodes.map((n) => `${n.rid} ${n.subscribers}`).join(", "))));
+  document.getElementById("topics").replaceChildren(...rows);
+  const st = t.stats;
+  setText("topics-count", `(${t.total}${t.next ? ", first " + t.topics.length : ""}; this node: ` +
+    `${st.publishes} published, ${st.deliveries} delivered, ${st.droppedSlow} slow subscribers dropped)`);
+}
+
 function renderSessions(s) {
   pagers.sessions.next = s.next || "";
   const rows = s.sessions.map((x) => el("tr", { "data-testid": "session-row" },
@@ -171,6 +210,125 @@ function renderSessions(s) {
   renderPager(pagers.sessions, s.sessions.length, s.total);
 }
 
+// ---------------------------------------------------------------- charts
+//
+// Each node keeps its last ten minutes of points (GET /v1/node/series; this page asks
+// the node that served it, which gathers them: /v1/fleet/series). The page keeps
+// them per node lifecycle and draws one line per node in each chart.
+
+const SERIES_MS = 2000;
+const WINDOW_MS = 10 * 60 * 1000;
+const COLORS = ["#2557d6", "#c4320a", "#1c7c43", "#7a2ee0", "#b54708", "#0e7490", "#be185d", "#4d7c0f"];
+const CHARTS = [
+  { id: "chart-records", key: "records", fmt: (v) => v.toFixed(0) },
+  { id: "chart-sessions", key: "sessions", fmt: (v) => v.toFixed(0) },
+  { id: "chart-p99", key: "p99", fmt: (v) => v.toFixed(v < 10 ? 2 : 0) },
+  { id: "chart-errors", key: "errors", fmt: (v) => v.toFixed(v < 10 ? 1 : 0) },
+];
+const lines = new Map(); // "rid/generation" -> {rid, points: [...]}, in order of first sight
+let seriesTimer = null;
+
+async function refreshSeries() {
+  clearTimeout(seriesTimer);
+  try {
+    // Ask from the oldest last point held, so that no node's new points are missed;
+    // each line keeps only points after its own last one.
+    let since = 0;
+    for (const l of lines.values()) {
+      const last = l.points.length ? l.points[l.points.length - 1].t : 0;
+      since = since === 0 ? last : Math.min(since, last);
+    }
+    const s = await getJSON("/v1/fleet/series?limit=" + PAGE.members + (since ? "&since=" + since : ""));
+    const horizon = Date.now() - WINDOW_MS;
+    for (const m of s.members) {
+      if (!m.series) continue;
+      const key = m.rid + "/" + m.series.generation;
+      let l = lines.get(key);
+      if (!l) {
+        l = { rid: m.rid, points: [] };
+        lines.set(key, l);
+      }
+      const last = l.points.length ? l.points[l.points.length - 1].t : 0;
+      for (const p of m.series.points) if (p.t > last) l.points.push(p);
+    }
+    for (const [key, l] of lines) {
+      l.points = l.points.filter((p) => p.t >= horizon);
+      if (l.points.length === 0) lines.delete(key);
+    }
+    drawCharts();
+  } catch (err) {
+    const st = document.getElementById("status");
+    st.className = "status error";
+    st.textContent = "series: " + String(err.message || err);
+  } finally {
+    seriesTimer = setTimeout(refreshSeries, SERIES_MS);
+  }
+}
+
+function drawCharts() {
+  const now = Date.now();
+  const all = [...lines.values()];
+  for (const c of CHARTS) drawChart(document.getElementById(c.id), all, c, now - WINDOW_MS, now);
+  const legend = all.map((l, i) => {
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = COLORS[i % COLORS.length]; // CSSOM: allowed by the page's CSP
+    return el("span", { "data-testid": "legend-entry" }, swatch, l.rid);
+  });
+  document.getElementById("chart-legend").replaceChildren(...legend);
+}
+
+// drawChart draws one line per node of key over [from, to]; the canvas says what it
+// drew in data attributes (series: lines with a point, points: points drawn).
+function drawChart(canvas, all, c, from, to) {
+  const g = canvas.getContext("2d");
+  const W = canvas.width, H = canvas.height, L = 48, R = 8, T = 8, B = 20;
+  g.clearRect(0, 0, W, H);
+  let maxV = 0, series = 0, points = 0;
+  for (const l of all) for (const p of l.points) if (p[c.key] !== null && p[c.key] > maxV) maxV = p[c.key];
+  maxV = maxV > 0 ? maxV * 1.1 : 1;
+  const x = (t) => L + ((t - from) / (to - from)) * (W - L - R);
+  const y = (v) => T + (1 - v / maxV) * (H - T - B);
+  // Axes, the top and middle values, the time marks.
+  g.strokeStyle = "#d9dee7";
+  g.fillStyle = "#667085";
+  g.font = "11px system-ui, sans-serif";
+  g.lineWidth = 1;
+  for (const f of [0, 0.5, 1]) {
+    const yy = Math.round(y(maxV * f)) + 0.5;
+    g.beginPath(); g.moveTo(L, yy); g.lineTo(W - R, yy); g.stroke();
+    g.fillText(c.fmt(maxV * f), 4, yy + 4);
+  }
+  for (let m = 10; m >= 0; m -= 2) {
+    g.textAlign = m === 0 ? "right" : "center";
+    g.fillText(m === 0 ? "now" : `-${m}m`, x(to - m * 60000), H - 5);
+  }
+  g.textAlign = "left";
+  all.forEach((l, i) => {
+    g.strokeStyle = COLORS[i % COLORS.length];
+    g.lineWidth = 2;
+    g.beginPath();
+    let drawn = 0, pen = false;
+    for (const p of l.points) {
+      const v = p[c.key];
+      if (v === null || v === undefined) { pen = false; continue; } // a gap: no request completed
+      const px = x(p.t), py = y(v);
+      if (pen) g.lineTo(px, py); else g.moveTo(px, py);
+      pen = true;
+      drawn++;
+    }
+    g.stroke();
+    if (drawn === 1) { // a lone point would draw nothing
+      const p = l.points.find((p) => p[c.key] !== null);
+      g.fillStyle = g.strokeStyle;
+      g.fillRect(x(p.t) - 2, y(p[c.key]) - 2, 4, 4);
+    }
+    if (drawn > 0) series++;
+    points += drawn;
+  });
+  canvas.dataset.series = String(series);
+  canvas.dataset.points = String(points);
+}
+
 let timer = null;
 let running = false;
 
@@ -181,15 +339,17 @@ async function refresh() {
   if (running) return; // the poll in flight schedules the next one
   running = true;
   try {
-    const [f, a, s] = await Promise.all([
+    const [f, a, s, t] = await Promise.all([
       getJSON("/v1/fleet?" + pageQuery(pagers.members)),
       getJSON("/v1/fleet/actors?" + pageQuery(pagers.actors)),
       getJSON("/v1/sessions?" + pageQuery(pagers.sessions)),
+      getJSON("/v1/topics?limit=50"),
     ]);
     renderFleet(f);
     renderActors(a);
     setText("sessions-node", f.self);
     renderSessions(s);
+    renderTopics(t);
     const st = document.getElementById("status");
     st.className = "status ok";
     st.textContent = "updated " + new Date().toLocaleTimeString();
@@ -204,3 +364,4 @@ async function refresh() {
 }
 
 refresh();
+refreshSeries();

@@ -138,7 +138,9 @@ func fanOut(b *testing.B, subscribers int) {
 	topicRate, baseRate := deliveries/topicTime.Seconds(), deliveries/baseTime.Seconds()
 	b.ReportMetric(topicRate, "deliveries/s")
 	b.ReportMetric(baseRate, "baseline-deliveries/s")
-	b.ReportMetric(topicRate/baseRate, "x-baseline-deliveries")
+	// As the other alternated benchmarks report it: the time ratio (its inverse is the
+	// throughput ratio benchreport judges).
+	b.ReportMetric(topicTime.Seconds()/baseTime.Seconds(), "x-baseline-time")
 	tp50, tp99 := rd.stats("topic")
 	bp50, bp99 := rd.stats("base")
 	b.ReportMetric(tp50.Seconds()*1000, "p50-ms")

@@ -125,7 +125,6 @@ type readerSet struct {
 	phase    atomic.Pointer[string]
 
 	mu      sync.Mutex
-	samples map[string][]int64 // publish-to-delivery nanoseconds, by phase, merged from the readers
 	readers []*reader
 }
 
