@@ -148,6 +148,7 @@ type Attacher struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup // routed calls and re-attaches in flight
 	unwatch func()         // membership
+	mirror  *mirror        // the sessions directory, as this node serves it
 
 	stats attacherCounters
 }
@@ -223,6 +224,8 @@ func NewAttacher(opts AttacherOptions) *Attacher {
 		self: self.RID + "#" + strconv.FormatUint(self.Generation, 10), rid: self.RID,
 		pres: map[*presenter]*presentation{}, wtopics: map[string]*workerTopic{}, stop: make(chan struct{}),
 	}
+	a.mirror = newMirror(opts.Actors, opts.Topics, opts.Logger)
+	a.mirror.start()
 	a.unwatch = opts.Actors.Node().Membership().Subscribe(a.onMember)
 	return a
 }
@@ -236,6 +239,7 @@ func (a *Attacher) Facet() Facet {
 		Provide(env, SessionManagementToken, &SessionManagement{
 			Create: Task(a.create), Remove: Task(a.remove), Attach: Task(a.attach), Detach: Task(a.detach),
 		})
+		Provide(env, SessionDirectoryToken, &SessionDirectory{Sessions: a.mirror.state, Changed: a.mirror.events})
 	}}
 }
 
@@ -257,6 +261,7 @@ func (a *Attacher) Stop() {
 	a.mu.Unlock()
 	close(a.stop)
 	a.unwatch()
+	a.mirror.close()
 	for _, s := range subs {
 		s.Close()
 	}
@@ -758,6 +763,20 @@ func (a *Attacher) onMember(ev mesh.MemberEvent) {
 	if ev.Type == mesh.EventJoined {
 		return
 	}
+	// The directory forgets the node's workers and presentations (every node says so:
+	// one of them reaches it).
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+		defer cancel()
+		select {
+		case <-a.stop:
+			return
+		default:
+		}
+		_ = a.actors.Send(ctx, actor.Address{Kind: DirectoryKind, ID: DirectoryID}, &dirNodeDown{RID: ev.Member.ID.RID})
+	}()
 	type broke struct {
 		ps *presentation
 		r  *route

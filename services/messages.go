@@ -117,6 +117,25 @@ type dirRemove struct{ ID string }
 // dirLookup asks whether a session exists.
 type dirLookup struct{ ID string }
 
+// dirReport is a worker telling the directory where it runs and who is attached
+// (Running), or that it stopped.
+type dirReport struct {
+	ID          string
+	Node        string
+	Incarnation uint64
+	Running     bool
+	Clients     []string
+}
+
+// dirNodeDown tells the directory a node left the mesh (every node sends it).
+type dirNodeDown struct{ RID string }
+
+// dirSnapshot asks the directory for every summary (a mirror's resync).
+type dirSnapshot struct{}
+
+// workerPing asks a worker to report itself to the directory (one-way).
+type workerPing struct{}
+
 // MessageTypes returns the Actor message types of session workers and the sessions
 // directory: register them on every node of a fleet that has session workers
 // (meshnode.Start does when Config.ServiceWorker is set).
@@ -136,5 +155,9 @@ func MessageTypes() []actor.MessageType {
 		actor.MessageOf[dirCreate]("meshnode.sessions.create"),
 		actor.MessageOf[dirRemove]("meshnode.sessions.remove"),
 		actor.MessageOf[dirLookup]("meshnode.sessions.lookup"),
+		actor.MessageOf[dirReport]("meshnode.sessions.report"),
+		actor.MessageOf[dirNodeDown]("meshnode.sessions.node-down"),
+		actor.MessageOf[dirSnapshot]("meshnode.sessions.snapshot"),
+		actor.MessageOf[workerPing]("meshnode.svc.ping"),
 	}
 }

@@ -90,7 +90,10 @@ func (w *worker) Receive(ctx *actor.Context) {
 		w.start(ctx)
 	case *actor.Stopping:
 		w.stopping(ctx)
-	case *workerStart:
+	case *workerStart, *workerPing:
+		// A create (the worker may have run before its session existed) or the
+		// directory's reconciliation: report.
+		w.report(ctx, true)
 	case *workerAttach:
 		w.attach(ctx, m)
 	case *workerDetach:
@@ -172,6 +175,7 @@ func (w *worker) start(ctx *actor.Context) {
 	}
 	post := ctx.Poster()
 	w.pub = newPublisher(func() { post(&pubFlush{}) })
+	w.report(ctx, true)
 	w.unsub = ctx.Host().Node().Membership().Subscribe(func(ev mesh.MemberEvent) {
 		if ev.Type != mesh.EventJoined {
 			post(&nodeGone{lifecycle: lifecycleOf(ev.Member.ID)})
@@ -191,6 +195,7 @@ func (w *worker) stopping(ctx *actor.Context) {
 	if !w.removed {
 		// Its presentations' servers attach them again (to a new activation).
 		w.publishNotice(ctx, noticeStopped)
+		w.report(ctx, false)
 	}
 	if w.pub != nil {
 		w.pub.close()
@@ -233,6 +238,7 @@ func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
 		w.clients[m.Client] = &workerClient{key: m.Client, client: c, ep: ep}
 		ctx.StayActive(true)
 		w.host.clientEvent(ctx.Context, c, true)
+		w.report(ctx, true)
 	}
 	_ = ctx.Reply(&workerAttached{Topic: w.topic, Node: w.self.Node.RID, Incarnation: w.self.ObjectGeneration})
 }
@@ -248,6 +254,24 @@ func (w *worker) detach(ctx *actor.Context, key string) {
 	ctx.StayActive(len(w.clients) > 0)
 	if w.host != nil {
 		w.host.clientEvent(ctx.Context, c.client, false)
+	}
+	if !w.removed {
+		w.report(ctx, true)
+	}
+}
+
+// report tells the sessions directory where the worker runs and who is attached (or
+// that it stops). A report that cannot go is not retried: the next one, or the
+// directory's reconciliation, brings it up to date.
+func (w *worker) report(ctx *actor.Context, running bool) {
+	r := &dirReport{ID: w.self.ID, Node: w.self.Node.RID, Incarnation: w.self.ObjectGeneration, Running: running}
+	if running {
+		for _, c := range w.clients {
+			r.Clients = append(r.Clients, c.client.ID)
+		}
+	}
+	if err := ctx.Send(actor.Address{Kind: DirectoryKind, ID: DirectoryID}, r); err != nil && w.host != nil {
+		w.host.log.Debug("services: a worker's report to the sessions directory did not go", "err", err)
 	}
 }
 
