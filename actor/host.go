@@ -784,7 +784,7 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.deliver(&Started{}, nil, nil)
 	case *proto.Stopping:
 		if s.arrival == nil {
-			s.deliver(&Stopping{}, nil, nil)
+			s.deliver(&Stopping{Moved: s.movedAway}, nil, nil)
 			if fn := s.h.stopHook(); fn != nil {
 				t := &s.turn
 				s.guard(func() { fn(t) })
