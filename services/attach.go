@@ -451,7 +451,10 @@ func (a *Attacher) attach(ctx context.Context, in AttachArgs) (Attachment, error
 		a.push(ps, AttachmentDegraded, session, nil, err)
 		return Attachment{}, err
 	}
-	return Attachment{Session: session, Node: r.node, Attachment: r.attachment}, nil
+	a.mu.Lock()
+	node := r.node
+	a.mu.Unlock()
+	return Attachment{Session: session, Node: node, Attachment: r.attachment}, nil
 }
 
 func (a *Attacher) detach(ctx context.Context, _ struct{}) (struct{}, error) {
@@ -631,7 +634,9 @@ type attachmentNotice struct {
 func (a *Attacher) push(ps *presentation, state, session string, r *route, err error) {
 	n := attachmentNotice{State: state, Session: session}
 	if r != nil {
+		a.mu.Lock()
 		n.Attachment, n.Node, n.Incarnation = r.attachment, r.node, r.inc
+		a.mu.Unlock()
 	}
 	if err != nil {
 		we := wireError(err)
@@ -814,7 +819,7 @@ func (a *Attacher) receive(wt *workerTopic, d topic.Delivery) bool {
 			a.mu.Unlock()
 			if r != nil && r.topic == wt.name && r.inc == h.Incarnation {
 				took = true
-				a.notice(ps, r, h.Notice)
+				a.notice(ps, r, h.Notice, h.Message)
 			}
 		}
 		if !took {
@@ -982,8 +987,15 @@ func (a *Attacher) unsubscribeAsync(r *route, addr subAddr) {
 }
 
 // notice handles what a worker says about itself.
-func (a *Attacher) notice(ps *presentation, r *route, what string) {
+func (a *Attacher) notice(ps *presentation, r *route, what, node string) {
 	switch what {
+	case noticeMoved:
+		// The route stays (same worker, same topic); a failure of its new node breaks it.
+		a.mu.Lock()
+		if ps.route == r && node != "" {
+			r.node = node // under a.mu, as every read of a live route's node
+		}
+		a.mu.Unlock()
 	case noticeStopped:
 		a.broken(ps, r, "the worker stopped")
 	case noticeRemoved:

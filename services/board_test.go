@@ -42,6 +42,7 @@ type Board struct {
 	Burst services.Method[BurstArgs, struct{}] // sets score n = from..from+count-1, one write each
 	Emit  services.Method[BurstArgs, struct{}] // emits moves n = from..from+count-1
 	Who   services.Method[struct{}, Score]     // the provider's name
+	Incr  services.Method[struct{}, Score]     // adds one to the score (read, then write)
 }
 
 var BoardToken = services.Define("test.board", func(d *services.Describer, b *Board) {
@@ -51,6 +52,7 @@ var BoardToken = services.Define("test.board", func(d *services.Describer, b *Bo
 	services.DescribeMethod(d, "burst", &b.Burst)
 	services.DescribeMethod(d, "emit", &b.Emit)
 	services.DescribeMethod(d, "who", &b.Who)
+	services.DescribeMethod(d, "incr", &b.Incr)
 })
 
 // boardImpl is a provider named by, its score starting at {n: start}.
@@ -86,6 +88,11 @@ func boardImpl(by string, start int) *Board {
 			return struct{}{}, nil
 		}),
 		Who: services.Func(func(context.Context, struct{}) (Score, error) { return Score{By: by}, nil }),
+		Incr: services.Func(func(ctx context.Context, _ struct{}) (Score, error) {
+			v, _ := score.Value()
+			v.N++
+			return v, score.Set(ctx, v)
+		}),
 	}
 }
 

@@ -51,41 +51,75 @@ type KeyArgs struct {
 }
 
 type DialogAdmin struct {
-	Open  services.Method[OpenArgs, struct{}]
-	Close services.Method[KeyArgs, struct{}]
+	Open    services.Method[OpenArgs, struct{}]
+	Close   services.Method[KeyArgs, struct{}]
+	Dialogs services.State[map[string]string] // the open dialogs' texts: what the owner adds again after a move
 }
 
 var DialogAdminToken = services.Define("test.dialog-admin", func(d *services.Describer, a *DialogAdmin) {
 	services.DescribeMethod(d, "open", &a.Open)
 	services.DescribeMethod(d, "close", &a.Close)
+	services.DescribeState(d, "dialogs", &a.Dialogs)
 })
 
-// dialogOwner is the facet that owns the dialogs; hs lets a test hold Slow calls.
+// dialogOwner is the facet that owns the dialogs; hs lets a test hold Slow calls. It
+// keeps the open dialogs in a state, so that a worker's move carries them and the owner
+// adds them again when it activates on the new node (new generations).
 func dialogOwner(by string, hs *holds) services.Facet {
 	return services.Facet{ID: "dialogs", Setup: func(env *services.Env) {
 		inst := services.ProvideMany(env, DialogToken)
 		var mu sync.Mutex
 		closers := map[string]func(){}
+		open := services.NewState(map[string]string{})
+		add := func(key, text string) error {
+			impl := &Dialog{
+				Request: services.NewState(Question{Text: text}),
+				Answer: services.Func(func(_ context.Context, a AnswerArgs) (Answered, error) {
+					return Answered{Key: key, Choice: a.Choice, By: by}, nil
+				}),
+				Slow: echoImpl(by, hs).Hold,
+			}
+			closeIt, err := inst.Add(key, impl)
+			if err != nil {
+				return services.Errorf("dialog_exists", "%v", err)
+			}
+			mu.Lock()
+			closers[key] = closeIt
+			mu.Unlock()
+			return nil
+		}
+		setOpen := func(ctx context.Context, key, text string, on bool) {
+			cur, _ := open.Value()
+			next := make(map[string]string, len(cur)+1)
+			for k, v := range cur {
+				next[k] = v
+			}
+			if on {
+				next[key] = text
+			} else {
+				delete(next, key)
+			}
+			_ = open.Set(ctx, next)
+		}
+		env.OnActivate(func(context.Context) error {
+			cur, _ := open.Value()
+			for key, text := range cur {
+				if err := add(key, text); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		services.Provide(env, DialogAdminToken, &DialogAdmin{
-			Open: services.Func(func(_ context.Context, in OpenArgs) (struct{}, error) {
-				key := in.Key
-				impl := &Dialog{
-					Request: services.NewState(Question{Text: in.Text}),
-					Answer: services.Func(func(_ context.Context, a AnswerArgs) (Answered, error) {
-						return Answered{Key: key, Choice: a.Choice, By: by}, nil
-					}),
-					Slow: echoImpl(by, hs).Hold,
+			Dialogs: open,
+			Open: services.Func(func(ctx context.Context, in OpenArgs) (struct{}, error) {
+				if err := add(in.Key, in.Text); err != nil {
+					return struct{}{}, err
 				}
-				closeIt, err := inst.Add(key, impl)
-				if err != nil {
-					return struct{}{}, services.Errorf("dialog_exists", "%v", err)
-				}
-				mu.Lock()
-				closers[key] = closeIt
-				mu.Unlock()
+				setOpen(ctx, in.Key, in.Text, true)
 				return struct{}{}, nil
 			}),
-			Close: services.Func(func(_ context.Context, in KeyArgs) (struct{}, error) {
+			Close: services.Func(func(ctx context.Context, in KeyArgs) (struct{}, error) {
 				mu.Lock()
 				closeIt := closers[in.Key]
 				delete(closers, in.Key)
@@ -93,6 +127,7 @@ func dialogOwner(by string, hs *holds) services.Facet {
 				if closeIt != nil {
 					closeIt()
 				}
+				setOpen(ctx, in.Key, "", false)
 				return struct{}{}, nil
 			}),
 		})

@@ -40,6 +40,10 @@ type HostOptions struct {
 	// observer task that returned an error other than its context's end. nil: the
 	// failure is logged at ERROR, and the rest of the host goes on.
 	OnFailure func(facet string, err error)
+
+	// beforeActivate runs after assembly, before the facets activate (a moved
+	// worker's values are restored there).
+	beforeActivate func(*Host) error
 }
 
 // Host assembles one process's facet graph: it runs every facet's setup, resolves each
@@ -116,6 +120,12 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 	if err := h.assemble(ctx); err != nil {
 		h.stopServices()
 		return nil, err
+	}
+	if opts.beforeActivate != nil {
+		if err := opts.beforeActivate(h); err != nil {
+			_ = h.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	if err := h.activate(ctx, h.order); err != nil {
 		_ = h.Close(context.WithoutCancel(ctx))

@@ -33,6 +33,7 @@ const (
 const (
 	noticeStopped = "stopped" // the activation stopped (not by a move): re-attach
 	noticeRemoved = "removed" // the session was removed: its presentations are detached
+	noticeMoved   = "moved"   // the worker moved to another node (Message names it)
 )
 
 // pubHeader is the control part of a publication.

@@ -275,7 +275,11 @@ func (cs *clientSubs) failedLocked(rs *remoteSub, err error) {
 		rs.phase = subClosed
 		we := wireError(err)
 		rs.tell(replicaDelivery{op: rdClosed, err: we})
-		cs.log.Warn("services: a subscription was refused", "member", rs.key.addr.String(), "code", we.Code, "message", we.Message)
+		level := slog.LevelWarn
+		if we.Code == CodeStaleReference || we.Code == CodeStaleGeneration {
+			level = slog.LevelDebug // its instance or reference ended: expected
+		}
+		cs.log.Log(context.Background(), level, "services: a subscription was refused", "member", rs.key.addr.String(), "code", we.Code, "message", we.Message)
 	}
 }
 

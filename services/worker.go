@@ -56,6 +56,7 @@ type worker struct {
 	removed bool
 	unsub   func()
 	pub     *publisher
+	moved   *workerSnapshot // restored by a move, taken at Started
 }
 
 // pubFlush asks the worker's turn to publish its publisher's queue.
@@ -71,6 +72,11 @@ type workerClient struct {
 // workerPending is a call answered in a later turn (a Task, a busy service).
 type workerPending struct {
 	p *actor.Pending
+
+	mu   sync.Mutex
+	done bool // the call finished (its result is here, whether or not its post arrived)
+	raw  json.RawMessage
+	err  error
 }
 
 // callDone is a finished call, posted back to the worker's turn.
@@ -87,9 +93,9 @@ type nodeGone struct{ lifecycle string }
 func (w *worker) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		w.start(ctx)
+		w.start(ctx, m.Moved)
 	case *actor.Stopping:
-		w.stopping(ctx)
+		w.stopping(ctx, m.Moved)
 	case *workerStart, *workerPing:
 		// A create (the worker may have run before its session existed) or the
 		// directory's reconciliation: report.
@@ -150,14 +156,21 @@ func (w *worker) Receive(ctx *actor.Context) {
 	}
 }
 
-func (w *worker) start(ctx *actor.Context) {
+func (w *worker) start(ctx *actor.Context, moved bool) {
 	w.self = ctx.Self()
 	w.clients = map[string]*workerClient{}
 	w.pending = map[*workerPending]struct{}{}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	// Unguessable: only the servers of attached presentations learn it.
-	w.topic = "svc:" + hex.EncodeToString(b[:])
+	if !moved {
+		w.moved = nil
+	}
+	if w.moved != nil {
+		w.topic = w.moved.Topic
+	} else {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		// Unguessable: only the servers of attached presentations learn it.
+		w.topic = "svc:" + hex.EncodeToString(b[:])
+	}
 	ho := w.opts.HostOptions
 	ho.Name = ctx.Self().ID
 	if ho.Logger == nil {
@@ -169,12 +182,19 @@ func (w *worker) start(ctx *actor.Context) {
 			ho.Connections = append(append([]Connection(nil), ho.Connections...), w.server)
 		}
 	}
+	if w.moved != nil {
+		ho.beforeActivate = w.restoreServices
+	}
 	w.host, w.err = NewHost(ctx.Context, ho, w.facets...)
 	if w.err != nil {
 		ho.Logger.Error("services: session worker failed to assemble", "worker", ctx.Self().ID, "err", w.err)
 	}
 	post := ctx.Poster()
 	w.pub = newPublisher(func() { post(&pubFlush{}) })
+	if w.moved != nil && w.host != nil {
+		w.arrive(ctx)
+	}
+	w.moved = nil
 	w.report(ctx, true)
 	w.unsub = ctx.Host().Node().Membership().Subscribe(func(ev mesh.MemberEvent) {
 		if ev.Type != mesh.EventJoined {
@@ -188,11 +208,11 @@ func lifecycleOf(id mesh.NodeID) string {
 	return id.RID + "#" + strconv.FormatUint(id.Generation, 10)
 }
 
-func (w *worker) stopping(ctx *actor.Context) {
+func (w *worker) stopping(ctx *actor.Context, moved bool) {
 	if w.unsub != nil {
 		w.unsub()
 	}
-	if !w.removed {
+	if !w.removed && !moved {
 		// Its presentations' servers attach them again (to a new activation).
 		w.publishNotice(ctx, noticeStopped)
 		w.report(ctx, false)
@@ -200,11 +220,30 @@ func (w *worker) stopping(ctx *actor.Context) {
 	if w.pub != nil {
 		w.pub.close()
 	}
+	why := "the session worker stopped while the call ran"
+	if moved {
+		why = "the session worker moved to another node while the call ran; it did not finish"
+	}
 	for wp := range w.pending {
-		_ = wp.p.Reply(&answer{Code: CodeSessionUnavailable, Message: "the session worker stopped while the call ran"})
+		// A call that finished is answered with its result (its posted answer is held
+		// by the move and dropped); one that did not is answered as failed, never left
+		// to wait.
+		wp.mu.Lock()
+		done, raw, err := wp.done, wp.raw, wp.err
+		wp.mu.Unlock()
+		if done {
+			_ = wp.p.Reply(answerOf(raw, err))
+			continue
+		}
+		_ = wp.p.Reply(&answer{Code: CodeSessionUnavailable, Message: why})
 	}
 	w.pending = nil
 	for key := range w.clients {
+		if moved {
+			// The attachments live on at the target: end their calls here only.
+			w.clients[key].ep.Close()
+			continue
+		}
 		w.detach(ctx, key)
 	}
 	if w.host != nil {
@@ -275,6 +314,46 @@ func (w *worker) report(ctx *actor.Context, running bool) {
 	}
 }
 
+// arrive takes up a moved worker's attachments and subscriptions on its new node (the
+// host restored its values before activating): what the source had not published goes
+// first, then its presentations' servers hear where it is now, then every subscribed
+// state and directory publishes a complete replacement (the next sequence: no gap).
+func (w *worker) arrive(ctx *actor.Context) {
+	snap := w.moved
+	for _, sc := range snap.Clients {
+		c := Client{ID: sc.ID, Transport: sc.Transport, Attachment: sc.Attachment}
+		ep := w.host.Endpoint(ctx.Context, c)
+		ep.shared = w.pub
+		w.clients[sc.Key] = &workerClient{key: sc.Key, client: c, ep: ep}
+		for _, a := range sc.Subs {
+			// An instance's subscription of a generation that is gone fails (stale): its
+			// observer sees the new directory.
+			_, _ = ep.subscribe(subAddr{svc: a.Svc, key: a.Key, gen: a.Gen, member: a.Member}, nil)
+		}
+		w.host.clientEvent(ctx.Context, c, true)
+	}
+	ctx.StayActive(len(w.clients) > 0)
+	for _, p := range snap.Outbox {
+		w.publish(ctx, p.Header, p.Value)
+	}
+	w.flush(ctx) // what the facets published while they activated
+	w.publishNotice(ctx, noticeMoved)
+	w.pub.mu.Lock()
+	var slots []*slot
+	for k := range w.pub.watched {
+		if k.sl.kind != kindEvents {
+			slots = append(slots, k.sl)
+		}
+	}
+	w.pub.mu.Unlock()
+	for _, sl := range slots {
+		if seq, raw, val, err := sl.snapshot(); err == nil && seq > 0 {
+			sl.publish(&delivery{op: opReplace, raw: raw, val: val})
+		}
+	}
+	w.flush(ctx)
+}
+
 // flush publishes what the worker's members delivered since the last flush, in order.
 func (w *worker) flush(ctx *actor.Context) {
 	for _, it := range w.pub.take() {
@@ -300,7 +379,7 @@ func (w *worker) publish(ctx *actor.Context, h pubHeader, value []byte) {
 }
 
 func (w *worker) publishNotice(ctx *actor.Context, what string) {
-	b, err := encodePub(pubHeader{Kind: pubNotice, Incarnation: w.self.ObjectGeneration, Notice: what}, nil)
+	b, err := encodePub(pubHeader{Kind: pubNotice, Incarnation: w.self.ObjectGeneration, Notice: what, Message: w.self.Node.RID}, nil)
 	if err == nil {
 		_, err = ctx.Publish(w.topic, pubName, b, actor.WithCodec(wire.CodecRaw))
 	}
@@ -339,6 +418,11 @@ func (w *worker) call(ctx *actor.Context, m *workerCall) {
 		}
 		p := wp
 		mu.Unlock()
+		if p != nil {
+			p.mu.Lock()
+			p.done, p.raw, p.err = true, raw, err
+			p.mu.Unlock()
+		}
 		post(&callDone{wp: p, raw: raw, err: err})
 	})
 	mu.Lock()
