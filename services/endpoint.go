@@ -318,7 +318,11 @@ type Loopback struct {
 	hookMu sync.Mutex
 	hooks  []func()
 	closed bool
+	dialed dialed // hosts Dial made on it
 }
+
+func (l *Loopback) own(h *Host)       { l.dialed.own(h) }
+func (s loopbackSession) own(h *Host) { s.l.dialed.own(h) }
 
 // NewLoopback connects to provider as client.
 func NewLoopback(provider *Host, client Client) *Loopback {
@@ -509,6 +513,7 @@ func (l *Loopback) Close() {
 	hooks := l.hooks
 	l.hooks = nil
 	l.hookMu.Unlock()
+	l.dialed.close()
 	l.subs.setOnline(false)
 	l.endpoint().Close()
 	l.stop()

@@ -326,7 +326,11 @@ type StreamConnection struct {
 	session string // the session to attach to again after a reconnect
 	up      bool
 	unwatch func()
+	dialed  dialed // hosts Dial made on it
 }
+
+func (s *StreamConnection) own(h *Host)  { s.dialed.own(h) }
+func (sc sessionConnection) own(h *Host) { sc.s.dialed.own(h) }
 
 // NewStreamConnection uses c for service calls and subscriptions; it registers the
 // connector's handlers of the service layer's pushes.
@@ -341,9 +345,10 @@ func NewStreamConnection(c *connector.Connector) *StreamConnection {
 	return s
 }
 
-// Close ends the connection's subscriptions (their replicas keep their values, stale);
-// the connector stays the caller's.
+// Close ends the connection's subscriptions (their replicas keep their values, stale)
+// and closes the hosts Dial made on it; the connector stays the caller's.
 func (s *StreamConnection) Close() {
+	s.dialed.close()
 	s.unwatch()
 	for _, name := range []string{NameUpdate, NameEvent, NameClosed, NameAttachment} {
 		s.c.Handle(name, nil)
