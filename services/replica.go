@@ -121,6 +121,10 @@ type replica struct {
 	folded  bool // a state's queue overflowed: deliver the latest value when it drains
 
 	dropped atomic.Int64
+
+	// onClosed, when set, is told (on the delivery goroutine) when the member closes
+	// for good: its subscription refused or its instance or reference gone.
+	onClosed func(*Error)
 }
 
 func newReplica(h *Host, name string, kind memberKind, decode func(json.RawMessage, any) (any, error)) *replica {
@@ -256,6 +260,10 @@ func (r *replica) on(g uint64, d replicaDelivery) {
 		case <-r.closedCh:
 		default:
 			close(r.closedCh)
+		}
+		if fn := r.onClosed; fn != nil {
+			err := d.err
+			r.enqueueLocked(func() { fn(err) })
 		}
 	}
 }

@@ -26,6 +26,7 @@ func commands() []command {
 		{"relocate", "[--admin ADDR] ACTOR-ID NODE-RID", "move an Actor (with its state, sessions kept) to another node", runRelocate},
 		{"drain", "[--admin ADDR] [--wait D]", "move the node's Actors away, drain its sessions, leave; wait until it stopped", runDrain},
 		{"call", "[--stream URL] [--attach SESSION] SERVICE.MEMBER JSON", "one service call (SERVICE.MEMBER splits at the last dot); its JSON result on stdout", runCall},
+		{"watch", "[--stream URL] [--attach SESSION] [--count N] [--timeout D] SERVICE.MEMBER", "one JSON line per value of a state member ({\"seq\":S,\"value\":V}, the hydrated value first) or per event ({\"event\":E}); exit 0 after N lines or at SIGINT", runWatch},
 		{"bench", "[--stream URL] [--sessions N] [--duration D] [--rate R] [--bind]", "load a node over STREAM and print requests/s, latency percentiles and errors", runBench},
 		{"config", "[serve flags]", "the configuration serve would run with, where each value came from, and the OpenTelemetry settings", runConfig},
 		{"version", "", "the build and the wire versions this binary speaks", runVersion},
