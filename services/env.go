@@ -37,6 +37,10 @@ type Env struct {
 // Facet returns the facet id the environment belongs to.
 func (e *Env) Facet() string { return e.facet }
 
+// HostName returns the name of the host the facet runs in: a session worker's is its
+// session's id (a facet keys its durable records with it).
+func (e *Env) HostName() string { return e.host.name }
+
 // OnActivate registers fn to run when the host activates the facet (providers before
 // their consumers): the place to start effects and make the first calls.
 func (e *Env) OnActivate(fn func(ctx context.Context) error) {
