@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -124,6 +125,16 @@ type Endpoint struct {
 	notify func(frame) error
 	// shared, on a session worker, watches published members for all its clients.
 	shared *publisher
+	// gone is the code of a call cut by the endpoint's end ("": disconnected; a
+	// session worker's: session_unavailable).
+	gone string
+}
+
+func (e *Endpoint) goneCode() string {
+	if e.gone != "" {
+		return e.gone
+	}
+	return CodeDisconnected
 }
 
 // Endpoint opens the serving side of a client's connection; ctx is the connection's
@@ -247,8 +258,14 @@ func (e *Endpoint) admit(rid string, call Call, done func(json.RawMessage, error
 		}
 		e.mu.Unlock()
 		h.stats.inflight.Add(-1)
-		if err == nil && cctx.Err() != nil {
+		if cctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// The call's context ended under it: the caller cancelled it, or the
+			// connection or the provider went (a provider's own context error is
+			// not an internal failure, and says nothing the caller can use).
 			err = errCallCancelled
+			if e.ctx.Err() != nil {
+				err = &Error{Code: e.goneCode(), Message: "the call's connection or provider ended while it ran"}
+			}
 		}
 		cancel()
 		if err != nil {

@@ -615,3 +615,30 @@ func TestIssue28_SessionsAreCreatedAndRemoved(t *testing.T) {
 		})
 	}
 }
+
+// A call running on a worker that stops (deactivated, as a crash of the worker would
+// be) fails session_unavailable, typed, even when the method returns its context's
+// error: never internal, never a hang.
+func TestIssue28_CallCutByItsWorkerIsTyped(t *testing.T) {
+	f := startSvcFleet(t, 2, nil)
+	for _, tr := range presentationTransports {
+		t.Run(tr, func(t *testing.T) {
+			w := f.workerOn(t, 1, "cut-"+tr+"-")
+			p := f.present(t, 0, tr)
+			p.create(t, w)
+			p.attach(t, w)
+			cut := make(chan error, 1)
+			go func() { _, err := p.counter.Hold.Call(callCtx(t), SayArgs{Text: "cut-" + tr}); cut <- err }()
+			waitStarted(t, f.hs, "cut-"+tr)
+			f.Node(1).Actors().Deactivate(w)
+			err := <-cut
+			var se *services.Error
+			if !errors.As(err, &se) || se.Code != services.CodeSessionUnavailable {
+				t.Fatalf("a call cut by its worker's end: %v, want %s", err, services.CodeSessionUnavailable)
+			}
+			if err, ok := f.hs.endedWith("cut-" + tr); !ok || !errors.Is(err, context.Canceled) {
+				t.Fatalf("the method's context: %v %v, want cancelled", err, ok)
+			}
+		})
+	}
+}

@@ -274,6 +274,7 @@ func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
 		c := Client{ID: m.Presenter, Transport: m.Transport, Attachment: m.Attachment}
 		ep := w.host.Endpoint(ctx.Context, c)
 		ep.shared = w.pub
+		ep.gone = CodeSessionUnavailable
 		w.clients[m.Client] = &workerClient{key: m.Client, client: c, ep: ep}
 		ctx.StayActive(true)
 		w.host.clientEvent(ctx.Context, c, true)
@@ -324,6 +325,7 @@ func (w *worker) arrive(ctx *actor.Context) {
 		c := Client{ID: sc.ID, Transport: sc.Transport, Attachment: sc.Attachment}
 		ep := w.host.Endpoint(ctx.Context, c)
 		ep.shared = w.pub
+		ep.gone = CodeSessionUnavailable
 		w.clients[sc.Key] = &workerClient{key: sc.Key, client: c, ep: ep}
 		for _, a := range sc.Subs {
 			// An instance's subscription of a generation that is gone fails (stale): its

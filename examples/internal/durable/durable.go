@@ -102,3 +102,41 @@ func Once[T any](ctx context.Context, r *Records, id string, candidate T) (T, er
 		return candidate, false, nil
 	})
 }
+
+// Load reads id's record into v and returns its version (0 and false when there is
+// none): with Save, a read-modify-write whose write fails with store.ErrConflict when
+// another write got in between (the caller serialises its cycles, and learns of any
+// writer that did not).
+func Load(ctx context.Context, r *Records, id string, v any) (version uint64, exists bool, err error) {
+	rec, err := r.st.Load(ctx, store.Key{Kind: r.kind, ID: id})
+	if err != nil {
+		return 0, false, fmt.Errorf("durable: read %s/%s: %w", r.kind, id, err)
+	}
+	if rec.Data == nil {
+		return rec.Version, false, nil
+	}
+	if err := json.Unmarshal(rec.Data, v); err != nil {
+		return 0, false, fmt.Errorf("durable: %s/%s does not decode: %w", r.kind, id, err)
+	}
+	return rec.Version, true, nil
+}
+
+// Save writes v as id's record if its version is still version (from Load).
+func Save(ctx context.Context, r *Records, id string, version uint64, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("durable: %s/%s: %w", r.kind, id, err)
+	}
+	if _, err := r.st.Save(ctx, store.Key{Kind: r.kind, ID: id}, version, b); err != nil {
+		return fmt.Errorf("durable: write %s/%s: %w", r.kind, id, err)
+	}
+	return nil
+}
+
+// Delete removes id's record if its version is still version (from Load).
+func Delete(ctx context.Context, r *Records, id string, version uint64) error {
+	if _, err := r.st.Delete(ctx, store.Key{Kind: r.kind, ID: id}, version); err != nil {
+		return fmt.Errorf("durable: delete %s/%s: %w", r.kind, id, err)
+	}
+	return nil
+}
