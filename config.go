@@ -140,9 +140,10 @@ type Config struct {
 	// Node.ServeServices) and the session workers on the node use. nil: no services
 	// host unless ServiceWorker is set.
 	Services func(n *Node) []services.Facet
-	// ServiceWorker makes the Actors of its kind session workers: presentations attach
-	// to one (SessionManagement) and their session-service calls go to it, on any
-	// node.
+	// ServiceWorker makes the Actors of its kind session workers: sessions are created
+	// and removed with SessionManagement, presentations attach to one (any number at
+	// once) and their session-service calls go to its worker, on any node. It also
+	// registers the sessions directory's kind and the services' message types.
 	ServiceWorker *ServiceWorker
 
 	// Binding carries the bounds and timeouts of sessions bound to Actors (relay
@@ -196,7 +197,8 @@ type Config struct {
 }
 
 // ServiceWorker is a session-worker Actor kind: each activation runs Facets (session
-// facets); Authorize (nil: anyone) decides who may attach to which worker.
+// facets); Authorize (nil: anyone) decides who may create, remove and attach to which
+// session.
 type ServiceWorker struct {
 	Kind      string
 	Facets    []services.Facet

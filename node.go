@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,8 +96,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeStore()
 		return nil, fmt.Errorf("meshnode: mesh: %w", err)
 	}
+	messages := cfg.Messages
+	if cfg.ServiceWorker != nil {
+		// Session workers and the sessions directory talk with the node's Attacher.
+		messages = append(slices.Clone(messages), services.MessageTypes()...)
+	}
 	n.actors, err = actor.NewHost(n.mesh, actor.HostOptions{
-		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, Messages: cfg.Messages,
+		Logger: cfg.Logger, MeterProvider: cfg.MeterProvider, Messages: messages,
 		IdleTimeout: cfg.ActorIdleTimeout, MaxMailbox: cfg.MaxMailbox, MaxMailboxBytes: cfg.MaxMailboxBytes,
 		MaxPanics: cfg.MaxPanics, PanicWindow: cfg.PanicWindow,
 		Store: n.store, StoreTimeout: cfg.StoreTimeout,
@@ -152,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if len(cfg.Streams) > 0 {
 		if err := n.startStream(ctx); err != nil {
+			n.stopAttacher()
 			n.closeServices()
 			n.topics.Stop()
 			n.binder.Stop()
@@ -176,7 +183,12 @@ func (n *Node) startServices(ctx context.Context) error {
 		if err := n.actors.Register(kind); err != nil {
 			return fmt.Errorf("meshnode: Config.ServiceWorker: %w", err)
 		}
-		n.attacher = services.NewAttacher(n.binder, w.Kind, w.Authorize)
+		// The sessions directory keeps its records in the node's store when there is one.
+		if err := n.actors.Register(services.NewDirectoryKind(n.store != nil)); err != nil {
+			return fmt.Errorf("meshnode: Config.ServiceWorker: the sessions directory: %w", err)
+		}
+		n.attacher = services.NewAttacher(services.AttacherOptions{Actors: n.actors, Topics: n.topics, Kind: w.Kind,
+			Authorize: w.Authorize, Timeout: cfg.Binding.RelayTimeout, Logger: cfg.Logger})
 	}
 	if cfg.Services == nil && n.attacher == nil {
 		return nil
@@ -190,11 +202,20 @@ func (n *Node) startServices(ctx context.Context) error {
 	}
 	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}, facets...)
 	if err != nil {
+		n.stopAttacher()
 		return fmt.Errorf("meshnode: Config.Services: %w", err)
 	}
 	n.services = h
 	n.svcStream = services.NewStreamServer(h, n.attacher)
 	return nil
+}
+
+// stopAttacher ends the routes of the node's presentations (after its sessions closed,
+// while the Actors still run: the workers are told the attachments ended).
+func (n *Node) stopAttacher() {
+	if n.attacher != nil {
+		n.attacher.Stop()
+	}
 }
 
 func (n *Node) closeServices() {
@@ -330,6 +351,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("meshnode: drain sessions: %w", err))
 			}
 		}
+		n.stopAttacher()
 		n.binder.Stop()
 		n.actors.Close() // session workers close their hosts here
 		n.topics.Stop()
@@ -379,6 +401,7 @@ func (n *Node) Close() error {
 		if n.stream != nil {
 			_ = n.stream.Close()
 		}
+		n.stopAttacher()
 		n.binder.Stop()
 		n.actors.Close()
 		n.topics.Stop()
@@ -408,6 +431,7 @@ func (n *Node) kill() {
 		if n.stream != nil {
 			_ = n.stream.Close()
 		}
+		n.stopAttacher()
 		n.binder.Stop()
 		n.actors.Close()
 		n.topics.Stop()

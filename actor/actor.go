@@ -46,8 +46,10 @@ type Message struct {
 // Actor moved to: its state was restored (Kind.State or Snapshotter) before it runs.
 type Started struct{ Moved bool }
 
-// Stopping is the last message of an activation before it is stopped.
-type Stopping struct{}
+// Stopping is the last message of an activation before it is stopped. Moved is true on
+// the node an Actor moved away from: it lives on at the target (with the state its
+// move captured), so the Actor must not announce its end.
+type Stopping struct{ Moved bool }
 
 // Actor is the application's Actor: one method, called once per message, never
 // concurrently for one activation.

@@ -52,12 +52,12 @@ func (h *Host) sweep() {
 	}
 }
 
-// collectable reports whether a is idle: not held by a binding, nothing queued, no turn
+// collectable reports whether a is idle: not held by a binding or by itself, nothing queued, no turn
 // for the idle timeout. Turns stamp their activity with the sweeper's clock, so an
 // activation is collected between one idle timeout and one sweep interval more after
 // its last message.
 func (h *Host) collectable(a *activation, now time.Time) bool {
-	return !a.keepActive.Load() && a.queued.Load() == 0 &&
+	return !a.keepActive.Load() && !a.stayActive.Load() && a.queued.Load() == 0 &&
 		now.Sub(time.Unix(0, a.lastActive.Load())) >= h.idleTimeout
 }
 

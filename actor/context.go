@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/meshnode/meshnode/fault"
+	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -87,7 +88,14 @@ type Pending struct {
 // by value is received as *T. It is how an Actor gets back the result of work it handed to
 // a goroutine, to answer a Pending in its own turn.
 func (c *Context) Poster() func(msg any) {
-	h, pid := c.host, c.act.pid
+	h := c.host
+	var pid *proto.PID
+	if c.shell.pctx != nil {
+		// In an activation's first turn its pid may not be published yet (as Turn.After).
+		pid = c.shell.pctx.Self()
+	} else {
+		pid = c.act.pid
+	}
 	return func(msg any) {
 		msg = normalize(msg) // every message arrives as a pointer (Actor)
 		h.system.Root.Send(pid, turnCallback{fn: func(t *Turn) { t.Deliver(msg) }})
@@ -213,6 +221,12 @@ func (c *Context) IsBound() bool {
 }
 
 func (c *Context) turn() *Turn { return &c.shell.turn }
+
+// StayActive keeps this activation from idle collection while stay is true: an Actor
+// that serves clients without a session binding (a plugin services session worker with
+// presentations attached) says so, since only a binding holds an Actor otherwise. A move
+// does not carry it: the Actor says it again on the node it moved to.
+func (c *Context) StayActive(stay bool) { c.act.stayActive.Store(stay) }
 
 // sessionReply returns the reply function of a relayed session Request. An error goes
 // to the client as fault.Public shows it: the text of an error without a kind stays

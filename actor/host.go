@@ -228,6 +228,7 @@ type activation struct {
 	queuedBytes atomic.Int64
 	lastActive  atomic.Int64 // unix nanos of its last turn
 	keepActive  atomic.Bool  // a layer above holds it (a session binding): not collected
+	stayActive  atomic.Bool  // the Actor holds itself (Context.StayActive): not collected
 
 	ctx    context.Context // the Actors' turn context: cancelled when the activation stops
 	cancel context.CancelFunc
@@ -783,7 +784,7 @@ func (s *shell) Receive(pctx proto.Context) {
 		s.deliver(&Started{}, nil, nil)
 	case *proto.Stopping:
 		if s.arrival == nil {
-			s.deliver(&Stopping{}, nil, nil)
+			s.deliver(&Stopping{Moved: s.movedAway}, nil, nil)
 			if fn := s.h.stopHook(); fn != nil {
 				t := &s.turn
 				s.guard(func() { fn(t) })

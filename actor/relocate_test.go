@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/actor"
@@ -49,6 +50,8 @@ type counter struct {
 	// linger, when set, is what the Actor's Stopping turn waits for (an Actor that
 	// takes its time to stop).
 	linger <-chan struct{}
+	// stops is told each Stopping's Moved.
+	stops chan<- bool
 }
 
 func (c *counter) Receive(ctx *actor.Context) {
@@ -62,6 +65,10 @@ func (c *counter) Receive(ctx *actor.Context) {
 	case *Block:
 		<-c.block
 	case *actor.Stopping:
+		select {
+		case c.stops <- m.Moved:
+		default:
+		}
 		if c.linger != nil {
 			<-c.linger
 		}
@@ -72,16 +79,17 @@ type relocCluster struct {
 	*meshtest.Cluster
 	block  chan struct{}
 	linger chan struct{} // the "lingering" kind's Stopping turns wait for it
+	stops  chan bool     // each counter's Stopping says whether it moved away
 }
 
 func (c *relocCluster) host(i int) *actor.Host { return c.Node(i).Actors() }
 
 func startReloc(t *testing.T, n int) *relocCluster {
-	c := &relocCluster{block: make(chan struct{}), linger: make(chan struct{})}
+	c := &relocCluster{block: make(chan struct{}), linger: make(chan struct{}), stops: make(chan bool, 64)}
 	c.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
 		cfg.Messages = counterMessages
 		cfg.Kinds = []actor.Kind{
-			{Name: "counter", New: func() actor.Actor { return &counter{block: c.block} },
+			{Name: "counter", New: func() actor.Actor { return &counter{block: c.block, stops: c.stops} },
 				State: func(a actor.Actor) any { return &a.(*counter).st }},
 			{Name: "fresh", New: func() actor.Actor { return &counter{block: c.block} }},
 			{Name: "lingering", New: func() actor.Actor { return &counter{block: c.block, linger: c.linger} },
@@ -205,6 +213,15 @@ func TestRelocation_StateMovesIdentityStays(t *testing.T) {
 	}
 	if s := c.host(src).Stats(); s.Moves != 1 {
 		t.Fatalf("source counted %d moves", s.Moves)
+	}
+	// The activation left behind is told it moved away: it lives on at the target.
+	select {
+	case moved := <-c.stops:
+		if !moved {
+			t.Fatal("the source's Stopping does not say it moved away")
+		}
+	case <-time.After(wait):
+		t.Fatal("the source's activation never stopped")
 	}
 }
 

@@ -177,6 +177,70 @@ func (h *Host) request(ctx context.Context, to Target, msg any, from *Ref) (any,
 	}
 }
 
+// RequestFunc sends msg to the Actor to, like Request, and calls done with the reply
+// value or the error exactly once, without a goroutine waiting for it: from the
+// goroutine that completes the request (the node's record receiver for a reply from
+// another node, the target's turn for a local one, a timer when ctx ends first). done
+// must not block. A request that reached no Actor (a stale route) is sent once more to
+// an Address, as Request does. For callers that serve many requests at once (a
+// server routing its clients' calls to Actors).
+func (h *Host) RequestFunc(ctx context.Context, to Target, msg any, done func(v any, err error)) {
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, DefaultRequestTimeout)
+	}
+	h.requestFunc(ctx, to, msg, 0, func(v any, err error) {
+		cancel()
+		done(v, err)
+	})
+}
+
+func (h *Host) requestFunc(ctx context.Context, to Target, msg any, attempt int, done func(v any, err error)) {
+	f, err := to.resolve(ctx, h)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	call := &pendingCall{node: f.Node}
+	corr := h.calls.add(call)
+	var stop atomic.Pointer[func() bool]
+	call.fn = func(v any, err error) {
+		h.calls.remove(corr)
+		if s := stop.Swap(nil); s != nil {
+			(*s)()
+		}
+		if errors.Is(err, errNotDelivered) && retriable(to, attempt) {
+			h.forgetFailed(to, f)
+			// Not on the completing goroutine (a record receiver): the look-up may wait.
+			go h.requestFunc(ctx, to, msg, attempt+1, done)
+			return
+		}
+		done(v, err)
+	}
+	s := context.AfterFunc(ctx, func() {
+		call.complete(nil, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err()))
+	})
+	stop.Store(&s)
+	if call.finished.Load() {
+		if s := stop.Swap(nil); s != nil {
+			(*s)() // completed before the timer was set
+		}
+	}
+	if err := h.deliverTo(ctx, f, msg, nil, &requestInfo{corr: corr, local: call}); err != nil {
+		if routeFailed(err) && retriable(to, attempt) && call.finished.CompareAndSwap(false, true) {
+			// Nothing reached an Actor: look it up again and send once more.
+			h.calls.remove(corr)
+			if s := stop.Swap(nil); s != nil {
+				(*s)()
+			}
+			h.forgetFailed(to, f)
+			h.requestFunc(ctx, to, msg, attempt+1, done)
+			return
+		}
+		call.complete(nil, err)
+	}
+}
+
 // requestOnce sends one request; undelivered reports a failure before any Actor took
 // the request (the route was stale or gone), which makes it safe to send again.
 func (h *Host) requestOnce(ctx context.Context, to Target, msg any, from *Ref) (v any, f RouteFence, undelivered bool, err error) {
@@ -299,9 +363,18 @@ type callResult struct {
 type pendingCall struct {
 	done chan callResult // cap 1: the first result wins
 	node mesh.NodeID     // where the target lives: its failure fails the call
+	// fn, when set instead of done, is called with the first result (RequestFunc).
+	fn       func(v any, err error)
+	finished atomic.Bool
 }
 
 func (c *pendingCall) complete(v any, err error) {
+	if c.fn != nil {
+		if c.finished.CompareAndSwap(false, true) {
+			c.fn(v, err)
+		}
+		return
+	}
 	select {
 	case c.done <- callResult{value: v, err: err}:
 	default:

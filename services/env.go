@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Facet is a plugin's part in one host: an id and a synchronous Setup that declares,
@@ -26,6 +27,7 @@ type Env struct {
 	activate   []func(context.Context) error
 	deactivate []func(context.Context) error
 	owned      []func(context.Context) error
+	clients    []func(context.Context, Client, bool)
 
 	provides map[string]*service // services this facet generation provides
 	uses     map[string]Mode     // service id → mode of its requirements
@@ -34,6 +36,10 @@ type Env struct {
 
 // Facet returns the facet id the environment belongs to.
 func (e *Env) Facet() string { return e.facet }
+
+// HostName returns the name of the host the facet runs in: a session worker's is its
+// session's id (a facet keys its durable records with it).
+func (e *Env) HostName() string { return e.host.name }
 
 // OnActivate registers fn to run when the host activates the facet (providers before
 // their consumers): the place to start effects and make the first calls.
@@ -47,6 +53,16 @@ func (e *Env) OnActivate(fn func(ctx context.Context) error) {
 func (e *Env) OnDeactivate(fn func(ctx context.Context) error) {
 	e.mustBeOpen("OnDeactivate")
 	e.deactivate = append(e.deactivate, fn)
+}
+
+// OnClient registers fn to run when a presentation attaches to the session worker the
+// facet runs in (attached true) or its attachment ends (false: it detached, switched,
+// disconnected, or its node left). It runs in the worker's turn; outside session
+// workers it is never called. A presentation that goes away does not end the session's
+// work: what it started keeps running under the facet's own policy.
+func (e *Env) OnClient(fn func(ctx context.Context, c Client, attached bool)) {
+	e.mustBeOpen("OnClient")
+	e.clients = append(e.clients, fn)
 }
 
 // Own registers a resource to release when the facet is disposed, in reverse order.
@@ -105,6 +121,7 @@ func Use[T any](env *Env, t Token[T]) *T {
 // it to the owning facet only.
 type Instances[T any] struct {
 	svc *service
+	env *Env
 	t   Token[T]
 }
 
@@ -113,13 +130,24 @@ type Instances[T any] struct {
 func ProvideMany[T any](env *Env, t Token[T]) *Instances[T] {
 	env.mustBeOpen("ProvideMany(" + t.id + ")")
 	svc := env.host.provide(env, t.id, t.rpc, Keyed, nil, nil)
-	return &Instances[T]{svc: svc, t: t}
+	env.host.mu.Lock()
+	if svc.kinds == nil {
+		svc.kinds = kinds(t.describe)
+	}
+	env.host.mu.Unlock()
+	return &Instances[T]{svc: svc, env: env, t: t}
 }
 
 // Add publishes the instance key, implemented by impl, and returns its idempotent
 // close. A key must be unique among live instances; a closed key added again gets a
 // new generation.
 func (s *Instances[T]) Add(key string, impl *T) (closeInstance func(), err error) {
+	s.env.host.mu.Lock()
+	owner := s.svc.owner == s.env
+	s.env.host.mu.Unlock()
+	if !owner {
+		return nil, fmt.Errorf("services: %s: this handle's facet generation (%s#%d) no longer owns the service", s.svc.id, s.env.facet, s.env.generation)
+	}
 	members, order, err := table(s.t.describe, impl)
 	if err != nil {
 		return nil, err
@@ -127,12 +155,29 @@ func (s *Instances[T]) Add(key string, impl *T) (closeInstance func(), err error
 	return s.svc.addInstance(key, &memberTable{members: members, order: order})
 }
 
-// Observe records that the facet requires the keyed service of t. Delivery of the
-// instance directory to handler is built by the next part of the service work; today
-// the requirement takes part in assembly (mode checks, resolution) only. It panics
-// after setup.
+// Observe records that the facet requires the keyed service of t and observes its
+// instances: handler runs once per live instance, as the instance's task, with a fresh
+// context that ends when the instance closes (or is replaced by the same key under a
+// new generation), when the observation ends, or when the selected session switches;
+// svc is the instance's facade, its state members hydrated before handler starts.
+// Returning because the context ended is normal; any other error goes to the host's
+// failure policy (HostOptions.OnFailure). The observation ends with the facet's
+// generation (or stop). It panics after setup.
 func Observe[T any](env *Env, t Token[T], handler func(ctx context.Context, key string, svc *T) error) (stop func()) {
 	env.mustBeOpen("Observe(" + t.id + ")")
 	env.host.require(env, t.id, Keyed)
-	return func() {}
+	kf := keyedFacadeOf(env.host, t)
+	reg := &observeReg{kf: kf, facet: env.facet, live: map[string]*observed{},
+		handler: func(ctx context.Context, key string, v any) error { return handler(ctx, key, v.(*T)) }}
+	kf.mu.Lock()
+	kf.regs = append(kf.regs, reg)
+	kf.mu.Unlock()
+	stop = func() {
+		reg.stop()
+		kf.mu.Lock()
+		kf.regs = slices.DeleteFunc(kf.regs, func(x *observeReg) bool { return x == reg })
+		kf.mu.Unlock()
+	}
+	env.Own(func(context.Context) error { stop(); return nil })
+	return stop
 }

@@ -56,6 +56,9 @@ const (
 	CodeSessionUnavailable = "session_unavailable"     // the session worker is gone
 	CodeNotImplemented     = "service_not_implemented" // a member the provider left unset
 	CodeDuplicateRequest   = "duplicate_request"       // a request id already in flight on this connection
+	CodeSessionExists      = "session_exists"          // create of a session id that exists
+	CodeFlowControl        = "flow_control"            // a subscriber that could not keep up was dropped
+	CodeStaleReference     = "stale_reference"         // a private reference used after it ended, or by another client
 	CodeInternal           = "internal"                // an unexpected failure (details stay in the log)
 )
 
@@ -76,6 +79,9 @@ var (
 	ErrSessionUnavailable = &Error{Code: CodeSessionUnavailable}
 	ErrNotImplemented     = &Error{Code: CodeNotImplemented}
 	ErrDuplicateRequest   = &Error{Code: CodeDuplicateRequest}
+	ErrSessionExists      = &Error{Code: CodeSessionExists}
+	ErrFlowControl        = &Error{Code: CodeFlowControl}
+	ErrStaleReference     = &Error{Code: CodeStaleReference}
 	ErrInternal           = &Error{Code: CodeInternal}
 )
 

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -18,19 +19,24 @@ const (
 	stateDisconnected facadeState = iota // during setup
 	stateBound                           // a provider is bound
 	stateUnavailable                     // no provider bound (host closed, connection lost)
+	stateStale                           // an instance facade whose instance is gone: for ever
 )
 
 // facade is the one stable consumer-side value of a token in a host: its members call
 // whatever provider it is bound to at the moment of the call, so a facade (or a method
 // value taken from it) obtained before a provider replacement calls the replacement.
 type facade struct {
-	host    *Host
-	id      string
-	st      atomic.Uint32
-	local   atomic.Pointer[service]
-	remote  atomic.Pointer[connBox]
-	members map[string]member
-	value   any // the *T handed to consumers
+	host     *Host
+	id       string
+	key      string // an instance facade: its instance's key and generation
+	gen      uint64
+	ref      string     // a reference's facade: its handle at the provider
+	localRef *refObject // a reference's facade in the provider's process
+	st       atomic.Uint32
+	local    atomic.Pointer[service]
+	remote   atomic.Pointer[connBox]
+	members  map[string]member
+	value    any // the *T handed to consumers
 }
 
 type connBox struct{ c Connection }
@@ -64,15 +70,63 @@ func (f *facade) bindLocal(s *service) {
 	f.local.Store(s)
 	f.remote.Store(nil)
 	f.st.Store(uint32(stateBound))
+	for name, m := range f.members {
+		if m.replica == nil {
+			continue
+		}
+		if sl, err := s.slotFor(f.addr(name)); err == nil {
+			m.replica.bind(slotSource{sl})
+		} else {
+			m.replica.bind(closedSource{err})
+		}
+	}
+}
+
+// addr is the address of the facade's member name.
+func (f *facade) addr(name string) subAddr {
+	return subAddr{svc: f.id, key: f.key, gen: f.gen, ref: f.ref, member: name}
+}
+
+// closedSource is a member that is not there (a closed instance's).
+type closedSource struct{ err *Error }
+
+func (c closedSource) watch(fn func(replicaDelivery)) func() {
+	fn(replicaDelivery{op: rdClosed, err: c.err})
+	return func() {}
 }
 
 func (f *facade) bindRemote(c Connection) {
 	f.remote.Store(&connBox{c})
 	f.local.Store(nil)
 	f.st.Store(uint32(stateBound))
+	sub, _ := c.(subscriber)
+	for name, m := range f.members {
+		if m.replica == nil {
+			continue
+		}
+		if sub == nil {
+			m.replica.bind(nil) // a connection that does not carry subscriptions
+			continue
+		}
+		m.replica.bind(remoteSource{sub: sub, addr: f.addr(name), kind: m.kind})
+	}
 }
 
-func (f *facade) unbind() { f.st.Store(uint32(stateUnavailable)) }
+// retire makes an instance facade stale for ever (its instance is gone from the
+// directory the facade came from).
+func (f *facade) retire() {
+	f.unbind()
+	f.st.Store(uint32(stateStale))
+}
+
+func (f *facade) unbind() {
+	f.st.Store(uint32(stateUnavailable))
+	for _, m := range f.members {
+		if m.replica != nil {
+			m.replica.bind(nil)
+		}
+	}
+}
 
 // checkMembers validates the facade's members against the kinds a provider announced.
 func (f *facade) checkMembers(e CatalogueEntry) error {
@@ -95,9 +149,17 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 		return nil, &Error{Code: CodeSetupPhase, Message: fmt.Sprintf("%s.%s called before the host assembled its services", f.id, name)}
 	case stateUnavailable:
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("service %q has no provider bound", f.id)}
+	case stateStale:
+		if f.ref != "" || f.localRef != nil {
+			return nil, &Error{Code: CodeStaleReference, Message: "the reference ended"}
+		}
+		return nil, &Error{Code: CodeStaleGeneration, Message: fmt.Sprintf("instance %q generation %d of %s is gone", f.key, f.gen, f.id)}
+	}
+	if o := f.localRef; o != nil {
+		return callRef(ctx, o, name, in)
 	}
 	if svc := f.local.Load(); svc != nil {
-		return callLocal(ctx, svc, name, in)
+		return callLocal(ctx, svc, f.key, f.gen, name, in)
 	}
 	box := f.remote.Load()
 	if box == nil {
@@ -108,14 +170,14 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 		return nil, &Error{Code: CodeInvalidArguments, Message: err.Error()}
 	}
 	if f.host.tracer == nil {
-		return box.c.Call(ctx, Call{Service: f.id, Member: name, Args: args})
+		return box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Ref: f.ref, Member: name, Args: args})
 	}
 	ctx, span := f.host.tracer.Start(ctx, "rpc.client", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("rpc.system", "meshnode"), attribute.String("rpc.service", f.id), attribute.String("rpc.method", name)))
 	defer span.End()
 	carrier := propagation.MapCarrier{}
 	f.host.prop.Inject(ctx, carrier)
-	raw, err := box.c.Call(ctx, Call{Service: f.id, Member: name, Args: args, Trace: carrier})
+	raw, err := box.c.Call(ctx, Call{Service: f.id, Key: f.key, Generation: f.gen, Ref: f.ref, Member: name, Args: args, Trace: carrier})
 	if err != nil {
 		span.SetStatus(codes.Error, errorCode(err))
 		return nil, err
@@ -125,13 +187,13 @@ func (f *facade) call(ctx context.Context, name string, in any, enc func() (json
 
 // callLocal runs a call on a service of this process: through its actor (calls stay
 // serial), with the caller's context.
-func callLocal(ctx context.Context, svc *service, name string, in any) (any, error) {
+func callLocal(ctx context.Context, svc *service, key string, gen uint64, name string, in any) (any, error) {
 	type result struct {
 		v   any
 		err error
 	}
 	done := make(chan result, 1)
-	svc.submit(&callMsg{ctx: ctx, member: name, local: true, in: in, reply: func(v any, err error) { done <- result{v, err} }})
+	svc.submit(&callMsg{ctx: ctx, key: key, gen: gen, member: name, local: true, in: in, reply: func(v any, err error) { done <- result{v, err} }})
 	select {
 	case r := <-done:
 		return r.v, r.err
@@ -145,8 +207,10 @@ func cancelled(ctx context.Context) *Error {
 	return &Error{Code: CodeCancelled, Message: ctx.Err().Error()}
 }
 
+// errorCode returns err's service code (internal for an error of no code).
 func errorCode(err error) string {
-	if e, ok := err.(*Error); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		return e.Code
 	}
 	return CodeInternal

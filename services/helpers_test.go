@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session"
 	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -160,29 +162,50 @@ func newHost(t *testing.T, name string, conns []services.Connection, facets ...s
 // transport is one way for a consumer host to reach a provider host.
 type transport struct {
 	name string
-	// connect returns a connection to provider as a new client, and its disconnect.
-	connect func(t *testing.T, provider *services.Host) (services.Connection, func())
+	// connectAs returns a connection to provider as a new client, its disconnect, and
+	// the identity the provider authenticated it as.
+	connectAs func(t *testing.T, provider *services.Host) (services.Connection, func(), string)
+}
+
+// connect returns a connection to provider as a new client, and its disconnect.
+func (tr transport) connect(t *testing.T, provider *services.Host) (services.Connection, func()) {
+	c, d, _ := tr.connectAs(t, provider)
+	return c, d
 }
 
 var transports = []transport{
-	{"loopback", func(t *testing.T, p *services.Host) (services.Connection, func()) {
-		l := services.NewLoopback(p, services.Client{ID: "loop-" + t.Name(), Transport: "loopback"})
+	{"loopback", func(t *testing.T, p *services.Host) (services.Connection, func(), string) {
+		id := "loop-" + t.Name()
+		l := services.NewLoopback(p, services.Client{ID: id, Transport: "loopback"})
 		t.Cleanup(l.Close)
-		return l, l.Close
+		return l, l.Close, id
 	}},
-	{"stream", connectStream},
+	{"stream", connectStreamAs},
 }
 
 // streamServers serves each provider host once over a STREAM node.
 var streamServers sync.Map // *services.Host → endpoint string
 
 func connectStream(t *testing.T, p *services.Host) (services.Connection, func()) {
+	c, d, _ := connectStreamAs(t, p)
+	return c, d
+}
+
+func connectStreamAs(t *testing.T, p *services.Host) (services.Connection, func(), string) {
 	t.Helper()
 	ep, ok := streamServers.Load(p)
 	if !ok {
 		srv := services.NewStreamServer(p, nil)
 		h := session.NewHost(session.HostOptions{Logger: quiet()})
-		h.AddStreamNode("svc").Bind("tcp://127.0.0.1:0").Session(srv.Routes(session.NewMux("svc")).Type())
+		// whoami answers the identity the server authenticated the session as.
+		mux := session.NewMux("svc").Request("whoami", func(_ context.Context, pk *session.Packet) error {
+			return pk.ReplyValue(map[string]string{"id": pk.Peer.Node() + "/" + strconv.FormatUint(uint64(pk.Peer.RoutingID()), 10)})
+		}).Request("bye", func(_ context.Context, pk *session.Packet) error {
+			// The server drops the connection (a drain): the client reconnects.
+			_ = pk.ReplyValue(map[string]string{})
+			return pk.Peer.Close(wire.CloseServerDrain, "bye")
+		})
+		h.AddStreamNode("svc").Bind("tcp://127.0.0.1:0").Session(srv.Routes(mux).Type())
 		if err := h.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +214,11 @@ func connectStream(t *testing.T, p *services.Host) (services.Connection, func())
 		streamServers.Store(p, ep)
 	}
 	c, closeC := connectStreamTo(t, ep.(string))
-	return services.NewStreamConnection(c), closeC
+	var who struct{ ID string }
+	if err := c.Request(callCtx(t), "whoami", map[string]any{}, &who); err != nil {
+		t.Fatal(err)
+	}
+	return services.NewStreamConnection(c), closeC, who.ID
 }
 
 // connectStreamTo dials a connector to endpoint; it closes with the test.

@@ -36,6 +36,14 @@ type HostOptions struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the call counters (nil: otel's global).
 	MeterProvider metric.MeterProvider
+	// OnFailure is the host's failure policy for what fails outside any call: an
+	// observer task that returned an error other than its context's end. nil: the
+	// failure is logged at ERROR, and the rest of the host goes on.
+	OnFailure func(facet string, err error)
+
+	// beforeActivate runs after assembly, before the facets activate (a moved
+	// worker's values are restored there).
+	beforeActivate func(*Host) error
 }
 
 // Host assembles one process's facet graph: it runs every facet's setup, resolves each
@@ -56,11 +64,16 @@ type Host struct {
 	phase    hostPhase
 	envs     []*Env // current generation of each facet, in setup order
 	ledger   []LedgerEntry
-	services map[string]*service // provided here, by id
-	facades  map[string]*facade  // used here, by id
+	services map[string]*service     // provided here, by id
+	facades  map[string]*facade      // used here, by id
+	keyed    map[string]*keyedFacade // observed here, by id
+	onFail   func(facet string, err error)
 	conns    []Connection
 	order    []*Env // activation order
 	gen      uint64
+	att      *Attacher // routes session scope for loopback presentations (the node's server host)
+
+	deliveries sync.WaitGroup // replicas' listener goroutines running
 }
 
 type hostPhase uint8
@@ -90,7 +103,9 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 		prop:     propagation.TraceContext{},
 		services: map[string]*service{},
 		facades:  map[string]*facade{},
+		keyed:    map[string]*keyedFacade{},
 		conns:    opts.Connections,
+		onFail:   opts.OnFailure,
 	}
 	h.stats = newCallMetrics(opts.MeterProvider, h.log)
 	h.system = sharedSystem()
@@ -105,6 +120,12 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 	if err := h.assemble(ctx); err != nil {
 		h.stopServices()
 		return nil, err
+	}
+	if opts.beforeActivate != nil {
+		if err := opts.beforeActivate(h); err != nil {
+			_ = h.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	if err := h.activate(ctx, h.order); err != nil {
 		_ = h.Close(context.WithoutCancel(ctx))
@@ -153,7 +174,14 @@ func (h *Host) provide(env *Env, id string, rpc bool, mode Mode, tab *memberTabl
 	if _, dup := env.provides[id]; dup && env.err == nil {
 		env.err = fmt.Errorf("%w: facet %q provides %q twice", ErrAssembly, env.facet, id)
 	}
+	if cur := h.services[id]; cur != nil && mode == Keyed && cur.mode == Keyed && h.phase == phaseRunning {
+		// A reload of the owner of a keyed service: the new generation adds instances
+		// to the same service (its instances closed with the old generation).
+		env.provides[id] = cur
+		return cur
+	}
 	svc := &service{host: h, id: id, rpc: rpc, mode: mode, owner: env, pending: tab}
+	svc.makeSlots()
 	env.provides[id] = svc
 	return svc
 }
@@ -241,14 +269,21 @@ func (h *Host) assemble(ctx context.Context) error {
 				if f := h.facades[id]; f != nil {
 					f.bindLocal(h.services[id])
 				}
+				if kf := h.keyed[id]; kf != nil && mode == Keyed {
+					kf.bindLocal(h.services[id])
+				}
 				continue
 			}
 			os := offers[id]
-			if len(os) == 0 && len(provisional) == 1 && mode == Singleton {
-				// Accepted provisionally: calls fail not_attached until the presentation
-				// attaches, then go to the worker it selected.
-				if f := h.facades[id]; f != nil {
+			if len(os) == 0 && len(provisional) == 1 {
+				// Accepted provisionally: calls fail not_attached (and states stay cold,
+				// observations empty) until the presentation attaches, then go to the
+				// worker it selected.
+				if f := h.facades[id]; f != nil && mode == Singleton {
 					f.bindRemote(provisional[0])
+				}
+				if kf := h.keyed[id]; kf != nil && mode == Keyed {
+					kf.bindRemote(provisional[0])
 				}
 				continue
 			}
@@ -264,12 +299,19 @@ func (h *Host) assemble(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("%w: service %q: facet %q uses it as %s, its connected provider offers it as %s", ErrAssembly, id, e.facet, mode, os[0].entry.Mode))
 				continue
 			}
-			if f := h.facades[id]; f != nil {
+			if f := h.facades[id]; f != nil && mode == Singleton {
 				if err := f.checkMembers(os[0].entry); err != nil {
 					errs = append(errs, fmt.Errorf("%w: service %q: %w", ErrAssembly, id, err))
 					continue
 				}
 				f.bindRemote(os[0].conn)
+			}
+			if kf := h.keyed[id]; kf != nil && mode == Keyed {
+				if err := kf.checkMembers(os[0].entry); err != nil {
+					errs = append(errs, fmt.Errorf("%w: service %q: %w", ErrAssembly, id, err))
+					continue
+				}
+				kf.bindRemote(os[0].conn)
 			}
 		}
 	}
@@ -359,6 +401,42 @@ func (h *Host) dispose(ctx context.Context, envs []*Env) error {
 	return errors.Join(errs...)
 }
 
+// clientEvent runs the facets' OnClient callbacks (a session worker's presentation
+// attached or detached), in facet order.
+func (h *Host) clientEvent(ctx context.Context, c Client, attached bool) {
+	h.mu.Lock()
+	order := slices.Clone(h.order)
+	h.mu.Unlock()
+	for _, e := range order {
+		for _, fn := range e.clients {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						h.log.Error("services: an OnClient callback panicked", "facet", e.facet, "panic", fmt.Sprint(r))
+					}
+				}()
+				fn(ctx, c, attached)
+			}()
+		}
+	}
+}
+
+// failure applies the host's failure policy to err, a failure of facet's.
+func (h *Host) failure(facet string, err error) {
+	if h.onFail != nil {
+		h.onFail(facet, err)
+		return
+	}
+	h.log.Error("services: a facet failed", "facet", facet, "err", err)
+}
+
+// attacher returns the Attacher serving this host's presentations, if any.
+func (h *Host) attacher() *Attacher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.att
+}
+
 // Close deactivates and disposes every facet (consumers before providers), fails the
 // calls still in flight and stops the service actors.
 func (h *Host) Close(ctx context.Context) error {
@@ -374,8 +452,33 @@ func (h *Host) Close(ctx context.Context) error {
 		f.unbind()
 	}
 	err := h.dispose(ctx, order)
+	for _, s := range h.serviceList() {
+		if s.mode == Keyed {
+			s.closeInstances() // its observers elsewhere end their tasks
+		}
+	}
 	h.stopServices()
+	h.mu.Lock()
+	keyed := make([]*keyedFacade, 0, len(h.keyed))
+	for _, kf := range h.keyed {
+		keyed = append(keyed, kf)
+	}
+	h.mu.Unlock()
+	for _, kf := range keyed {
+		kf.unbind()
+	}
+	waitBounded(&h.deliveries, taskStopWait)
 	return err
+}
+
+func (h *Host) serviceList() []*service {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*service, 0, len(h.services))
+	for _, s := range h.services {
+		out = append(out, s)
+	}
+	return out
 }
 
 func (h *Host) facadeList() []*facade {
@@ -425,6 +528,12 @@ func (h *Host) Reload(ctx context.Context, f Facet) error {
 		return fmt.Errorf("%w: reload: no facet %q", ErrAssembly, f.ID)
 	}
 	for _, svc := range old.provides {
+		if svc.mode == Keyed {
+			// The retiring generation's instances close with it; its replacement
+			// adds its own (new generations).
+			svc.closeInstances()
+			continue
+		}
 		svc.withdraw()
 	}
 	derr := h.dispose(ctx, []*Env{old})
@@ -438,7 +547,11 @@ func (h *Host) Reload(ctx context.Context, f Facet) error {
 	h.mu.Lock()
 	for id, svc := range next.provides {
 		cur := h.services[id]
-		cur.replace(svc.pending)
+		if cur.mode == Keyed {
+			cur.owner = next
+			continue
+		}
+		cur.replace(cur.pending, svc.pending)
 		cur.owner, cur.pending = next, svc.pending
 		next.provides[id] = cur
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/meshnode/meshnode/services"
+	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
@@ -135,33 +136,61 @@ func (r *recordingConn) Call(ctx context.Context, c services.Call) (json.RawMess
 	return r.next.Call(ctx, c)
 }
 
-// A worker's node failing leaves the server's services healthy: session calls fail,
-// server calls go on.
+// A worker's node failing leaves the server's services healthy: the session call in
+// flight fails session_unavailable, server calls go on, and the presentation is
+// attached again to a replacement worker on a survivor (a fresh attachment, fresh
+// state: nothing of the dead worker's memory survives).
 func TestMatrix_WorkerFailureLeavesServerServicesHealthy(t *testing.T) {
 	f := startSvcFleet(t, 3, nil)
 	w := f.workerOn(t, 2, "doomed-")
-	p := f.present(t, 0)
-	p.attach(t, w)
-	if _, err := p.counter.Add.Call(callCtx(t), AddArgs{N: 1}); err != nil {
+	p := f.present(t, 0, "stream")
+	p.create(t, w)
+	first := p.attach(t, w)
+	if _, err := p.counter.Add.Call(callCtx(t), AddArgs{N: 5}); err != nil {
 		t.Fatal(err)
 	}
+	notices := make(chan string, 16)
+	p.stream.Handle(services.NameAttachment, func(m connector.Message) {
+		var n struct{ State, Attachment string }
+		_ = json.Unmarshal(m.Payload, &n)
+		notices <- n.State + " " + n.Attachment
+	})
+	held := make(chan error, 1)
+	go func() { _, err := p.counter.Hold.Call(callCtx(t), SayArgs{Text: "doomed"}); held <- err }()
+	waitStarted(t, f.hs, "doomed")
 	f.Kill(2)
-	eventually(t, "node 0 sees node 2 gone", func() bool { return len(f.Node(0).Membership().Live()) == 2 })
-	if _, err := p.counter.Get.Call(callCtx(t), struct{}{}); err == nil {
-		t.Error("a session call to the dead worker succeeded")
+	if err := <-held; !errors.Is(err, services.ErrSessionUnavailable) {
+		t.Fatalf("the call in flight on the dead worker: %v, want session_unavailable", err)
 	}
-	if d, err := p.info.Describe.Call(callCtx(t), struct{}{}); err != nil || d.Members != 2 {
+	if d, err := p.info.Describe.Call(callCtx(t), struct{}{}); err != nil || d.Node != f.Node(0).ID().RID {
 		t.Errorf("the server service after the worker's node died: %+v %v", d, err)
+	}
+	for {
+		n := <-notices
+		if strings.HasPrefix(n, services.AttachmentAttached+" ") {
+			if n == services.AttachmentAttached+" "+first.Attachment {
+				t.Fatal("the replacement reused the attachment id")
+			}
+			break
+		}
+	}
+	if v, err := p.counter.Add.Call(callCtx(t), AddArgs{N: 1}); err != nil || v.Value != 1 {
+		t.Fatalf("a call to the replacement worker: %+v %v, want a fresh count of 1", v, err)
 	}
 }
 
-// A presentation's disconnect reaches the worker: its calls there are cancelled.
+// A presentation's disconnect reaches the worker: its calls there are cancelled, and
+// its attachment ends there (the worker's client-detach callback runs).
 func TestMatrix_PresentationDisconnectReachesTheWorker(t *testing.T) {
 	f := startSvcFleet(t, 2, nil)
 	w := f.workerOn(t, 1, "left-")
 	c, closeC := connectStreamTo(t, f.Node(0).Endpoints()[0])
 	conn := services.NewStreamConnection(c)
-	a, _ := json.Marshal(services.AttachArgs{Actor: w})
+	cr, _ := json.Marshal(services.CreateArgs{Session: w})
+	if _, err := conn.Call(callCtx(t), services.Call{Service: "meshnode.session-management", Member: "create", Args: cr}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(services.AttachArgs{Session: w})
 	if _, err := conn.Call(callCtx(t), services.Call{Service: "meshnode.session-management", Member: "attach", Args: a}); err != nil {
 		t.Fatal(err)
 	}
@@ -175,4 +204,5 @@ func TestMatrix_PresentationDisconnectReachesTheWorker(t *testing.T) {
 		err, ok := f.hs.endedWith("gone")
 		return ok && errors.Is(err, context.Canceled)
 	})
+	eventually(t, "the worker's client-detach callback runs", func() bool { return f.clients.live(f.Node(1).ID().RID) == 0 })
 }

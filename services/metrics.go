@@ -18,8 +18,12 @@ type callMetrics struct {
 	calls    metric.Int64Counter
 	failed   metric.Int64Counter
 	inflight atomic.Int64 // calls admitted and not answered (bounded per client by MaxInflightPerClient)
-	log      *slog.Logger
-	rl       ratelog.Limiter
+	// subscriptions held by clients (bounded per client by MaxSubscriptionsPerClient)
+	subscriptions atomic.Int64
+	drops         metric.Int64Counter
+	dropCount     atomic.Int64
+	log           *slog.Logger
+	rl            ratelog.Limiter
 }
 
 // knownCodes are the service layer's own codes (metric attribute values as they are).
@@ -28,12 +32,14 @@ var knownCodes = map[string]bool{
 	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeInvalidResult: true,
 	CodeStaleGeneration: true, CodeNotAttached: true, CodeNotAuthorized: true, CodeUnknownSession: true,
 	CodeSessionUnavailable: true, CodeNotImplemented: true, CodeDuplicateRequest: true, CodeInternal: true,
+	CodeSessionExists: true, CodeFlowControl: true, CodeStaleReference: true,
 }
 
 // badInput are the codes of a call the caller got wrong: logged once per interval.
 var badInput = map[string]bool{
 	CodeUnknownService: true, CodeUnknownMember: true, CodeInvalidArguments: true, CodeDuplicateRequest: true,
 	CodeNotAttached: true, CodeStaleGeneration: true, CodeNotAuthorized: true, CodeInvalidResult: true,
+	CodeUnknownSession: true, CodeSessionExists: true, CodeStaleReference: true,
 }
 
 func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
@@ -44,6 +50,12 @@ func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
 	cm := &callMetrics{log: log}
 	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by outcome code (ok for a result)"))
 	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by code"))
+	cm.drops, _ = m.Int64Counter("meshnode.services.subscriptions.dropped", metric.WithDescription("subscriptions dropped because their subscriber could not keep up (flow_control)"))
+	_, _ = m.Int64ObservableGauge("meshnode.services.subscriptions", metric.WithDescription("state, events and directory subscriptions clients hold"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(cm.subscriptions.Load())
+			return nil
+		}))
 	_, _ = m.Int64ObservableGauge("meshnode.services.calls.inflight", metric.WithDescription("service calls admitted and not yet answered"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(cm.inflight.Load())
@@ -55,6 +67,14 @@ func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
 // okCode is the option list of a call answered with a result, built once (a variadic
 // list built per call escapes to the heap).
 var okCode = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("code", "ok")))}
+
+// dropped counts a subscription dropped for flow control, and logs it once per interval.
+func (m *callMetrics) dropped(a subAddr, client string) {
+	m.dropCount.Add(1)
+	m.drops.Add(context.Background(), 1)
+	m.rl.Log(m.log, slog.LevelWarn, "subscriber_dropped", "services: a subscriber fell behind and its subscription was dropped",
+		"member", a.String(), "client", client)
+}
 
 // served records the outcome of one call of service.member from client.
 func (m *callMetrics) served(service, member, client string, err *Error) {

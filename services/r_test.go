@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshnode/meshnode/services"
 )
@@ -18,6 +19,9 @@ func TestR1_LedgerHasTheRightOwners(t *testing.T) {
 		providerFacet("local", nil),
 		consumerFacet("user-a", &echo),
 		services.Facet{ID: "keyed-owner", Setup: func(env *services.Env) { services.ProvideMany(env, KeyedToken) }},
+		services.Facet{ID: "watcher", Setup: func(env *services.Env) {
+			services.Observe(env, KeyedToken, func(context.Context, string, *Echo) error { return nil })
+		}},
 	)
 	got := map[string]bool{}
 	gens := map[string]uint64{}
@@ -32,12 +36,13 @@ func TestR1_LedgerHasTheRightOwners(t *testing.T) {
 		"echo-provider provides test.echo/singleton",
 		"user-a requires test.echo/singleton",
 		"keyed-owner provides test.keyed/keyed",
+		"watcher requires test.keyed/keyed",
 	} {
 		if !got[want] {
 			t.Errorf("ledger lacks %q; has %v", want, got)
 		}
 	}
-	if len(gens) != 3 || gens["echo-provider"] == gens["user-a"] {
+	if len(gens) != 4 || gens["echo-provider"] == gens["user-a"] || gens["watcher"] == gens["keyed-owner"] {
 		t.Errorf("each facet generation has its own owner identity: %v", gens)
 	}
 }
@@ -224,8 +229,40 @@ func (f fakeConn) Call(context.Context, services.Call) (json.RawMessage, error) 
 }
 
 // R9: a facade, and a method value taken from it, stay valid across a replacement of
-// the providing facet: they call the replacement, locally and remotely.
+// the providing facet: while the replacement sets up, calls fail unavailable at once
+// (nothing is queued for it); afterwards they call the replacement, locally and
+// remotely.
 func TestR9_FacadesStayStableAcrossProviderReplacement(t *testing.T) {
+	// reload replaces h's provider facet by one (named by) that holds its setup until
+	// the test has checked the facade in between.
+	reload := func(t *testing.T, h *services.Host, by string, during func()) {
+		t.Helper()
+		hold, resume := make(chan struct{}), make(chan struct{})
+		next := services.Facet{ID: "echo-provider", Setup: func(env *services.Env) {
+			close(hold)
+			<-resume
+			services.Provide(env, EchoToken, echoImpl(by, nil))
+		}}
+		done := make(chan error, 1)
+		go func() { done <- h.Reload(callCtx(t), next) }()
+		<-hold
+		during()
+		close(resume)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	duringReload := func(t *testing.T, say services.Method[SayArgs, SayReply]) func() {
+		return func() {
+			start := time.Now()
+			if _, err := say.Call(callCtx(t), SayArgs{Text: "between"}); !errors.Is(err, services.ErrUnavailable) {
+				t.Errorf("a call while the provider is replaced: %v, want unavailable", err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("the call waited %v: it must fail at once, not queue for the replacement", d)
+			}
+		}
+	}
 	t.Run("local", func(t *testing.T) {
 		var echo *Echo
 		h := newHost(t, "reload", nil, providerFacet("v1", nil), consumerFacet("user", &echo))
@@ -233,9 +270,7 @@ func TestR9_FacadesStayStableAcrossProviderReplacement(t *testing.T) {
 		if r, _ := say.Call(callCtx(t), SayArgs{Text: "x"}); r.By != "v1" {
 			t.Fatalf("before: %+v", r)
 		}
-		if err := h.Reload(callCtx(t), providerFacet("v2", nil)); err != nil {
-			t.Fatal(err)
-		}
+		reload(t, h, "v2", duringReload(t, say))
 		if r, err := say.Call(callCtx(t), SayArgs{Text: "x"}); err != nil || r.By != "v2" {
 			t.Fatalf("after the reload: %+v %v, want the replacement", r, err)
 		}
@@ -244,9 +279,7 @@ func TestR9_FacadesStayStableAcrossProviderReplacement(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			provider, _, echo, _ := remotePair(t, tr, nil)
 			say := echo.Say
-			if err := provider.Reload(callCtx(t), providerFacet("provider-v2", nil)); err != nil {
-				t.Fatal(err)
-			}
+			reload(t, provider, "provider-v2", duringReload(t, say))
 			if r, err := say.Call(callCtx(t), SayArgs{Text: "x"}); err != nil || r.By != "provider-v2" {
 				t.Fatalf("after the provider's reload: %+v %v", r, err)
 			}

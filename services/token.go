@@ -76,7 +76,7 @@ func Define[T any](id string, describe func(d *Describer, svc *T), opts ...Token
 	if describe != nil {
 		// Fail now, not at the first call, on a contract that does not describe.
 		var probe T
-		d := &Describer{mode: describeTable}
+		d := &Describer{mode: describeProbe}
 		describe(d, &probe)
 		if d.err != nil {
 			panic(fmt.Sprintf("services.Define(%q): %v", id, d.err))
@@ -125,16 +125,25 @@ func (m Method[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 // memberKind is the kind of a contract member announced in a catalogue.
 type memberKind string
 
-const kindMethod memberKind = "method"
+const (
+	kindMethod memberKind = "method"
+	kindState  memberKind = "state"
+	kindEvents memberKind = "events"
+	// kindInstances is a keyed service's instance directory (not a contract member).
+	kindInstances memberKind = "instances"
+)
 
-// member is one entry of a member table: how to run the member of one implementation
-// locally (Go values) and remotely (strict JSON).
+// member is one entry of a member table: how to run a method of one implementation
+// locally (Go values) and remotely (strict JSON), or the state or events an
+// implementation publishes (pub), or a facade's replica of them.
 type member struct {
-	kind  memberKind
-	task  bool
-	set   bool
-	local func(ctx context.Context, in any) (any, error)
-	json  func(ctx context.Context, args json.RawMessage) (json.RawMessage, error)
+	kind    memberKind
+	task    bool
+	set     bool
+	local   func(ctx context.Context, in any) (any, error)
+	json    func(ctx context.Context, args json.RawMessage) (json.RawMessage, error)
+	pub     published
+	replica *replica
 }
 
 type describeMode uint8
@@ -142,6 +151,7 @@ type describeMode uint8
 const (
 	describeTable  describeMode = iota + 1 // read an implementation's members
 	describeFacade                         // set a facade's members to call through a slot
+	describeProbe                          // check the names only (Define)
 )
 
 // Describer is handed to a token's describe function; DescribeMethod registers each
@@ -156,23 +166,49 @@ type Describer struct {
 
 var validMember = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
 
-// DescribeMethod registers the method member name, held in *m.
-func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) {
+// begin checks a member's name and records it with its kind; false: do not describe
+// it (an error is recorded, or the describer only probes names and kinds).
+func (d *Describer) begin(name string, kind memberKind) bool {
 	if d.err != nil {
-		return
+		return false
 	}
 	if !validMember.MatchString(name) {
 		d.err = fmt.Errorf("member name %q is not 1-64 of [A-Za-z0-9_.-] starting with a letter or _", name)
-		return
-	}
-	if _, dup := d.members[name]; dup {
-		d.err = fmt.Errorf("member %q described twice", name)
-		return
+		return false
 	}
 	if d.members == nil {
 		d.members = map[string]member{}
 	}
+	if _, dup := d.members[name]; dup {
+		d.err = fmt.Errorf("member %q described twice", name)
+		return false
+	}
 	d.order = append(d.order, name)
+	if d.mode == describeProbe {
+		d.members[name] = member{kind: kind}
+		return false
+	}
+	return true
+}
+
+// kinds returns the member kinds a describe function declares (what a keyed service
+// announces in its catalogue before any instance exists).
+func kinds[T any](describe func(*Describer, *T)) map[string]memberKind {
+	var probe T
+	d := &Describer{mode: describeProbe}
+	describe(d, &probe)
+	out := make(map[string]memberKind, len(d.members))
+	for name, m := range d.members {
+		out[name] = m.kind
+	}
+	return out
+}
+
+// DescribeMethod registers the method member name, held in *m.
+func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) {
+	if !d.begin(name, kindMethod) {
+		return
+	}
 	switch d.mode {
 	case describeTable:
 		impl := *m
@@ -192,6 +228,9 @@ func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) 
 				out, err := impl.Call(ctx, in)
 				if err != nil {
 					return nil, err
+				}
+				if r, ok := any(out).(refResult); ok {
+					return registerRef(ctx, r.refObj())
 				}
 				if _, void := any(out).(struct{}); void {
 					return nil, nil // a void result: a success with no result
@@ -214,16 +253,20 @@ func DescribeMethod[In, Out any](d *Describer, name string, m *Method[In, Out]) 
 			}
 			switch r := v.(type) {
 			case Out:
-				return r, nil
+				out = r
 			case json.RawMessage:
 				if err := decodeStrict(r, &out); err != nil {
 					return out, &Error{Code: CodeInvalidResult, Message: err.Error()}
 				}
-				return out, nil
 			case nil:
 				return out, nil
+			default:
+				return out, &Error{Code: CodeInvalidResult, Message: fmt.Sprintf("result of type %T", v)}
 			}
-			return out, &Error{Code: CodeInvalidResult, Message: fmt.Sprintf("result of type %T", v)}
+			if rb, ok := any(&out).(refBinder); ok {
+				rb.cameBy(f) // a private reference: reached the way this facade is
+			}
+			return out, nil
 		}}
 	}
 }

@@ -129,6 +129,7 @@ type Hub struct {
 	mu       sync.RWMutex
 	topics   map[string]map[*subscriber]struct{} // local subscribers, by topic
 	sessions map[*session.Peer]*subscriber
+	locals   map[string]map[*LocalSubscription]struct{} // in-process receivers, by topic
 	stopped  bool
 
 	reg   registry
@@ -208,6 +209,7 @@ func New(node *mesh.Node, actors *actor.Host, binder *binding.Binder, opts Optio
 		node: node, binder: binder, opts: opts, log: opts.Logger, self: node.ID(),
 		topics:   map[string]map[*subscriber]struct{}{},
 		sessions: map[*session.Peer]*subscriber{},
+		locals:   map[string]map[*LocalSubscription]struct{}{},
 		stop:     make(chan struct{}),
 	}
 	h.reg.init(h)
@@ -256,6 +258,12 @@ func (h *Hub) Stats() Stats {
 	h.mu.RLock()
 	st := Stats{Topics: len(h.topics)}
 	for _, subs := range h.topics {
+		st.Subscriptions += len(subs)
+	}
+	for t, subs := range h.locals {
+		if _, ok := h.topics[t]; !ok {
+			st.Topics++
+		}
 		st.Subscriptions += len(subs)
 	}
 	h.mu.RUnlock()
@@ -320,7 +328,13 @@ func (h *Hub) leave(s *subscriber, topic string) int {
 	if len(subs) == 0 {
 		delete(h.topics, topic)
 	}
-	return len(subs)
+	return h.countLocked(topic)
+}
+
+// countLocked returns how many subscribers topic has on this node: sessions and
+// in-process receivers. h.mu is held.
+func (h *Hub) countLocked(topic string) int {
+	return len(h.topics[topic]) + len(h.locals[topic])
 }
 
 // Subscribe subscribes the session of peer to topic: from when it returns, what is
@@ -373,7 +387,7 @@ func (h *Hub) join(ctx context.Context, peer *session.Peer, topic string, wait b
 		h.topics[topic] = subs
 	}
 	subs[s] = struct{}{}
-	n := len(subs)
+	n := h.countLocked(topic)
 	h.mu.Unlock()
 	v := h.reg.localChanged(topic, n)
 	if n == 1 && wait {
@@ -510,7 +524,7 @@ func (h *Hub) publishNext(ctx context.Context, pub string, seqs map[string]uint6
 func (h *Hub) hasLocal(topic string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return len(h.topics[topic]) > 0
+	return h.countLocked(topic) > 0
 }
 
 // onPublish takes a topicPublish from another node to this node's subscribers.
@@ -525,18 +539,42 @@ func (h *Hub) onPublish(from mesh.NodeID, rec *wire.Record) {
 
 // deliver writes one message to this node's subscribers of topic: the frame is encoded
 // once. A subscriber whose outbound queue is at its soft limit is dropped from its
-// topics and told so.
+// topics and told so. In-process receivers (SubscribeLocal) get it first, outside the
+// hub's lock, so that a receiver may call the hub.
 func (h *Hub) deliver(pub, topic string, seq uint64, name string, c swire.Codec, payload []byte) {
+	n := int64(0)
+	h.mu.RLock()
+	var locals []*LocalSubscription
+	if ls := h.locals[topic]; len(ls) > 0 {
+		locals = make([]*LocalSubscription, 0, len(ls))
+		for l := range ls {
+			locals = append(locals, l)
+		}
+	}
+	sessions := len(h.topics[topic])
+	h.mu.RUnlock()
+	if len(locals) > 0 {
+		d := Delivery{Topic: topic, Publisher: pub, Seq: seq, Message: Message{Name: name, Codec: c, Payload: payload}}
+		for _, l := range locals {
+			if l.receive(d) {
+				n++
+			}
+		}
+	}
+	if sessions == 0 {
+		h.stats.deliveries.Add(n)
+		return
+	}
 	md := swire.Metadata{{Key: MetaTopic, Value: topic}, {Key: MetaSequence, Value: strconv.FormatUint(seq, 10)},
 		{Key: MetaPublisher, Value: pub}}
 	f, err := session.EncodeSend(name, c, payload, md)
 	if err != nil {
+		h.stats.deliveries.Add(n)
 		h.ratelog.Log(h.log, slog.LevelWarn, "topic_bad_message", "topic: a message could not be encoded for its subscribers",
 			"topic", topic, "publisher", pub, "err", err)
 		return
 	}
 	var behind []*subscriber
-	n := int64(0)
 	h.mu.RLock()
 	for s := range h.topics[topic] {
 		switch err := s.peer.SendFrame(f); {

@@ -19,14 +19,14 @@ type callFailed struct{ code, message string }
 
 func (c *callFailed) Error() string { return c.code + ": " + c.message }
 
-// runCall is `meshnode call --stream URL [--attach ACTOR] SERVICE.MEMBER JSON`: one
+// runCall is `meshnode call --stream URL [--attach SESSION] SERVICE.MEMBER JSON`: one
 // service call, its JSON result on stdout. A service the server offers is called
 // there; any other goes to the session worker attached with --attach.
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshnode call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stream := fs.String("stream", "tcp://127.0.0.1:7400", "STREAM endpoint of a meshnode")
-	attach := fs.String("attach", "", "session worker (Actor id) to attach to before the call")
+	attach := fs.String("attach", "", "session to attach to before the call (made with meshnode.session-management.create)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting, attaching and the call")
 	commandUsage(fs, "call")
 	if err := parseCommandFlags(fs, args, stdout); err != nil {
@@ -58,7 +58,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	conn := services.NewStreamConnection(c)
 	if *attach != "" {
-		a, _ := json.Marshal(services.AttachArgs{Actor: *attach})
+		a, _ := json.Marshal(services.AttachArgs{Session: *attach})
 		if _, err := conn.Call(ctx, services.Call{Service: services.SessionManagementToken.ID(), Member: "attach", Args: a}); err != nil {
 			return asCallFailed(err)
 		}

@@ -372,6 +372,14 @@ func TestBinaryCallServerAndSessionServices(t *testing.T) {
 	if out, err := call("nodeinfo.describe", "{}"); err != nil || out != `{"node":"solo","members":1}` {
 		t.Errorf("nodeinfo.describe: %q %v", out, err)
 	}
+	var cf *callFailed
+	if _, err := call("--attach", "w-1", "counter.add", `{"n":2}`); !errors.As(err, &cf) || cf.code != "unknown_session" {
+		t.Errorf("--attach to a session never created: %v, want unknown_session", err)
+	}
+	// SERVICE.MEMBER splits at the last dot: the service id has dots of its own.
+	if out, err := call("meshnode.session-management.create", `{"session":"w-1"}`); err != nil || out != `{"session":"w-1"}` {
+		t.Fatalf("meshnode.session-management.create: %q %v", out, err)
+	}
 	for _, want := range []string{`{"value":2}`, `{"value":4}`} {
 		if out, err := call("--attach", "w-1", "counter.add", `{"n":2}`); err != nil || out != want {
 			t.Errorf("counter.add on w-1: %q %v, want %s", out, err, want)
@@ -380,7 +388,6 @@ func TestBinaryCallServerAndSessionServices(t *testing.T) {
 	if out, err := call("--attach", "w-1", "counter.get", `{}`); err != nil || out != `{"value":4}` {
 		t.Errorf("counter.get: %q %v", out, err)
 	}
-	var cf *callFailed
 	if _, err := call("counter.get", `{}`); !errors.As(err, &cf) || cf.code != "not_attached" {
 		t.Errorf("a session service without --attach: %v, want not_attached", err)
 	}

@@ -31,6 +31,16 @@
 //	Request "room.unfollow" {"actor":ID} -> answers {}
 //	A subscriber that falls behind is dropped from its topics with Send "topic.dropped".
 //
+// Plugin services (docs/services.md; the binary serves them with meshnode call and
+// meshnode watch):
+//
+//	nodeinfo.describe {}    -> {"node":RID,"members":N}, a server service of every node
+//	counter (a session service of the worker of the session attached to):
+//	  add {"n":N}           -> {"value":V}, the count after adding N
+//	  get {}                -> {"value":V}
+//	  value                 replicated state: the count (moves with the worker)
+//	  changed               events: {"from":A,"to":B} per change
+//
 // Handlers return errors; the router answers a failed Request with the code of the
 // error's kind (package fault), so there is no mapping here.
 package sampleapp

@@ -58,6 +58,9 @@ type Connector struct {
 
 	hmu      sync.RWMutex
 	handlers map[string]func(Message)
+	watchers map[uint64]func(State) // WatchState, under hmu
+	nextW    uint64
+	watching atomic.Int32
 
 	tracer trace.Tracer // nil: tracing off (the default)
 	clock  clock        // flow ids' and leads' time
@@ -120,6 +123,41 @@ func (c *Connector) Handle(name string, h func(Message)) {
 		return
 	}
 	c.handlers[name] = h
+}
+
+// WatchState registers fn to be told every state transition from now on, in order,
+// on the dispatch goroutine like OnStateChange (after the pushes that arrived before
+// the transition); stop removes it. For a library layered on a connector it was handed
+// (the plugin services' connection re-subscribes when it reconnects).
+func (c *Connector) WatchState(fn func(State)) (stop func()) {
+	c.hmu.Lock()
+	if c.watchers == nil {
+		c.watchers = map[uint64]func(State){}
+	}
+	c.nextW++
+	id := c.nextW
+	c.watchers[id] = fn
+	c.watching.Add(1)
+	c.hmu.Unlock()
+	return func() {
+		c.hmu.Lock()
+		if _, ok := c.watchers[id]; ok {
+			delete(c.watchers, id)
+			c.watching.Add(-1)
+		}
+		c.hmu.Unlock()
+	}
+}
+
+// stateWatchers returns the WatchState functions.
+func (c *Connector) stateWatchers() []func(State) {
+	c.hmu.RLock()
+	defer c.hmu.RUnlock()
+	out := make([]func(State), 0, len(c.watchers))
+	for _, fn := range c.watchers {
+		out = append(out, fn)
+	}
+	return out
 }
 
 func (c *Connector) handler(name string) func(Message) {
@@ -230,7 +268,7 @@ func (c *Connector) Close() error {
 // keeps the callbacks in transition order.
 func (c *Connector) setStateLocked(s State) {
 	c.state = s
-	if c.opts.OnStateChange != nil && c.disp != nil {
+	if (c.opts.OnStateChange != nil || c.watching.Load() > 0) && c.disp != nil {
 		c.disp.push(event{kind: eventState, state: s})
 	}
 }

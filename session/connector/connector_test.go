@@ -1091,3 +1091,44 @@ func BenchmarkRequestParallel(b *testing.B) {
 		}
 	})
 }
+
+// WatchState, registered on a connector after it was made (by a library handed the
+// connector), is told every transition in order as OnStateChange is, and nothing after
+// its stop.
+func TestWatchStateSeesReconnectAndClose(t *testing.T) {
+	fs := newTCPServer(t, withOnFrame(echo))
+	opts := quiet()
+	opts.Reconnect = connector.ReconnectPolicy{InitialDelay: time.Millisecond, MaxDelay: 4 * time.Millisecond}
+	c := dial(t, fs.endpoint, opts)
+	sc := fs.accept(t)
+	seen := make(chan connector.State, 16)
+	stop := c.WatchState(func(s connector.State) { seen <- s })
+	other := make(chan connector.State, 16)
+	stopOther := c.WatchState(func(s connector.State) { other <- s })
+	stopOther()
+	_ = sc.nc.Close()
+	next := func() connector.State {
+		select {
+		case s := <-seen:
+			return s
+		case <-time.After(waitTimeout):
+			t.Fatal("no state transition reported")
+			return 0
+		}
+	}
+	if s := next(); s != connector.StateReconnecting {
+		t.Fatalf("first transition %v, want reconnecting", s)
+	}
+	if s := next(); s != connector.StateConnected {
+		t.Fatalf("then %v, want connected", s)
+	}
+	fs.accept(t)
+	_ = c.Close()
+	if s := next(); s != connector.StateClosed {
+		t.Fatalf("then %v, want closed", s)
+	}
+	stop()
+	if len(other) != 0 {
+		t.Fatalf("a stopped watcher was told %v", <-other)
+	}
+}

@@ -129,6 +129,9 @@ func (d *dispatcher) loop() {
 			if f := d.c.opts.OnStateChange; f != nil {
 				d.guard(func() { f(StateClosed) })
 			}
+			for _, f := range d.c.stateWatchers() {
+				d.guard(func() { f(StateClosed) })
+			}
 			return
 		}
 		batch := d.queue
@@ -162,9 +165,12 @@ func (d *dispatcher) run(e *event) {
 			d.guard(func() { o.OnError(err) })
 		}
 	case eventState:
+		s := e.state
 		if o.OnStateChange != nil {
-			s := e.state
 			d.guard(func() { o.OnStateChange(s) })
+		}
+		for _, f := range d.c.stateWatchers() {
+			d.guard(func() { f(s) })
 		}
 	case eventDrop:
 		if o.OnDrop != nil {

@@ -1,0 +1,149 @@
+package services_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meshnode/meshnode/services"
+)
+
+// dirWatch records what a SessionDirectory consumer sees: the latest state, and the
+// events in order.
+type dirWatch struct {
+	mu     sync.Mutex
+	dir    *services.SessionDirectory
+	events []services.DirectoryEvent
+}
+
+func (w *dirWatch) summary(id string) (services.SessionSummary, bool) {
+	st, ok := w.dir.Sessions.Value()
+	if !ok {
+		return services.SessionSummary{}, false
+	}
+	for _, s := range st.Sessions {
+		if s.Session == id {
+			return s, true
+		}
+	}
+	return services.SessionSummary{}, false
+}
+
+func (w *dirWatch) sawEvent(typ, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range w.events {
+		if ev.Type == typ && (ev.SessionID == id || ev.Session != nil && ev.Session.Session == id) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchDirectory makes a presentation on node i that follows the directory.
+func (f *svcFleet) watchDirectory(t *testing.T, i int, tr string) (*presentation, *dirWatch) {
+	t.Helper()
+	w := &dirWatch{}
+	p := f.present(t, i, tr, func(p *presentation) {
+		w.dir = services.Use(p.env, services.SessionDirectoryToken)
+		w.dir.Changed.Subscribe(func(_ context.Context, ev services.DirectoryEvent) {
+			w.mu.Lock()
+			w.events = append(w.events, ev)
+			w.mu.Unlock()
+		})
+	})
+	return p, w
+}
+
+// Issue 28, item 5: the session directory is a server singleton on every node whose
+// state holds presentation-safe summaries of the fleet's sessions (which node their
+// worker runs on, who is attached) with directory events, and it stays correct as
+// sessions are created, attached to, detached from and removed, from any node.
+func TestSessionDirectory_FollowsSessionsAcrossTheFleet(t *testing.T) {
+	f := startSvcFleet(t, 3, nil)
+	w := f.workerOn(t, 1, "dir-")
+	p := f.present(t, 0, "stream")
+	_, watch := f.watchDirectory(t, 2, "loopback")
+	q := f.present(t, 2, "stream")
+	p.create(t, w)
+	node1 := f.Node(1).ID().RID
+	eventually(t, "the directory on node 2 shows the session active on node 1", func() bool {
+		s, ok := watch.summary(w)
+		return ok && s.Status == services.StatusActive && s.Node == node1 && len(s.Attached) == 0
+	})
+	if !watch.sawEvent("created", w) {
+		t.Error("no created event")
+	}
+	p.attach(t, w)
+	q.attach(t, w)
+	eventually(t, "both presentations are attached", func() bool {
+		s, _ := watch.summary(w)
+		return slices.Equal(s.Attached, sorted(p.id, q.id))
+	})
+	if _, err := p.mgmt.Detach.Call(callCtx(t), struct{}{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the detached presentation leaves the summary", func() bool {
+		s, _ := watch.summary(w)
+		return slices.Equal(s.Attached, []string{q.id})
+	})
+	q.disconnect()
+	eventually(t, "a disconnected presentation leaves the summary", func() bool {
+		s, _ := watch.summary(w)
+		return len(s.Attached) == 0
+	})
+	// Summaries hold nothing private: not the creator.
+	st, _ := watch.dir.Sessions.Value()
+	b, _ := json.Marshal(st)
+	if strings.Contains(string(b), p.id) || strings.Contains(strings.ToLower(string(b)), "owner") {
+		t.Fatalf("a summary carries a server-private field: %s", b)
+	}
+	if _, err := p.mgmt.Remove.Call(callCtx(t), services.SessionRef{Session: w}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the removed session leaves the directory", func() bool {
+		_, ok := watch.summary(w)
+		return !ok && watch.sawEvent("deleted", w)
+	})
+}
+
+// Issue 28, item 5: the directory stays correct when a worker's node dies: the session
+// is unreachable until a presentation attaches again, which starts its worker on a
+// survivor; server calls stay healthy meanwhile.
+func TestSessionDirectory_WorkerNodeDies(t *testing.T) {
+	f := startSvcFleet(t, 3, nil)
+	// The node to kill hosts the worker but not the directory.
+	_, dirAt, err := f.Node(0).Actors().Where(callCtx(t), services.DirectoryID)
+	victim := 2
+	if err == nil && dirAt.Node == f.Node(2).ID() {
+		victim = 1
+	}
+	w := f.workerOn(t, victim, "doom-")
+	p := f.present(t, 0, "stream")
+	_, watch := f.watchDirectory(t, 0, "loopback")
+	p.create(t, w)
+	dead := f.Node(victim).ID().RID
+	eventually(t, "active on the victim", func() bool {
+		s, _ := watch.summary(w)
+		return s.Status == services.StatusActive && s.Node == dead
+	})
+	f.Kill(victim)
+	eventually(t, "unreachable once its node died", func() bool {
+		s, _ := watch.summary(w)
+		return s.Status == services.StatusUnreachable && s.Node == ""
+	})
+	p.attach(t, w)
+	eventually(t, "active on a survivor after an attach", func() bool {
+		s, _ := watch.summary(w)
+		return s.Status == services.StatusActive && s.Node != "" && s.Node != dead && slices.Equal(s.Attached, []string{p.id})
+	})
+}
+
+func sorted(xs ...string) []string {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return out
+}

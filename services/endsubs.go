@@ -1,0 +1,171 @@
+package services
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The serving side of subscriptions: each client connection (an Endpoint) subscribes
+// to a host's published members by their address; every delivery of the member's slot
+// reaches the client's sink (its STREAM session, its loopback connection) without the
+// provider waiting. A client whose sink cannot take a delivery (its socket is behind)
+// has that subscription dropped with a flow_control notice; the provider and the other
+// subscribers go on. A session worker's endpoints do not each watch: they share the
+// worker's publisher, which watches each member once for all of them.
+
+// MaxSubscriptionsPerClient bounds the subscriptions of one client connection (state,
+// events and instance directories); past it a subscribe fails with CodeUnavailable.
+const MaxSubscriptionsPerClient = 1024
+
+// slotFor returns the slot a subscription of a names, or why there is none.
+func (h *Host) slotFor(a subAddr) (*slot, *Error) {
+	h.mu.Lock()
+	svc := h.services[a.svc]
+	running := h.phase == phaseRunning
+	h.mu.Unlock()
+	switch {
+	case !running:
+		return nil, &Error{Code: CodeUnavailable, Message: "the host is not serving"}
+	case svc == nil || !svc.rpc:
+		return nil, &Error{Code: CodeUnknownService, Message: fmt.Sprintf("no service %q", a.svc)}
+	}
+	return svc.slotFor(a)
+}
+
+// slotFor returns the slot of a in this service.
+func (s *service) slotFor(a subAddr) (*slot, *Error) {
+	if s.mode == Singleton {
+		if a.key != "" || a.member == MemberInstances {
+			return nil, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service %q is not keyed", s.id)}
+		}
+		if sl := s.slot(a.member); sl != nil {
+			return sl, nil
+		}
+		return nil, s.noMember(a.member)
+	}
+	if a.member == MemberInstances && a.key == "" {
+		return s.directory(), nil
+	}
+	if a.key == "" {
+		return nil, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("service %q is keyed: name the instance (key and generation)", s.id)}
+	}
+	inst, err := s.instanceAt(a.key, a.gen)
+	if err != nil {
+		return nil, err
+	}
+	if sl := inst.slots[a.member]; sl != nil {
+		return sl, nil
+	}
+	return nil, s.noMember(a.member)
+}
+
+func (s *service) noMember(name string) *Error {
+	return &Error{Code: CodeUnknownMember, Message: fmt.Sprintf("service %q has no state or events member %q", s.id, name)}
+}
+
+// subscribe subscribes the client to a; sink gets every later delivery. It returns
+// the snapshot the subscription starts from (JSON snapshotReply).
+func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMessage, error) {
+	var (
+		sl   *slot
+		serr *Error
+	)
+	if a.ref != "" {
+		var o *refObject
+		if o, serr = e.ref(a.ref); serr == nil {
+			if sl = o.slots[a.member]; sl == nil {
+				serr = &Error{Code: CodeUnknownMember, Message: fmt.Sprintf("the reference has no state or events member %q", a.member)}
+			}
+		}
+	} else {
+		sl, serr = e.h.slotFor(a)
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
+	case e.subs[a] == nil && len(e.subs) >= MaxSubscriptionsPerClient:
+		e.mu.Unlock()
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("this connection holds %d subscriptions (the bound)", MaxSubscriptionsPerClient)}
+	}
+	prev := e.subs[a]
+	delete(e.subs, a)
+	e.mu.Unlock()
+	if prev != nil {
+		prev() // a subscribe again starts from a fresh snapshot
+	}
+	var (
+		snap snapshotReply
+		stop func()
+		err  *Error
+	)
+	if e.shared != nil {
+		snap, stop, err = e.shared.add(sl, a)
+	} else {
+		stop, err = sl.watchFrom(func(seq uint64, raw json.RawMessage, _ any) {
+			snap = snapshotReply{Seq: seq, Value: raw}
+		}, sink, func() { e.dropped(a) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sl.kind == kindEvents {
+		snap.Value = nil
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		stop()
+		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
+	}
+	e.subs[a] = stop
+	e.mu.Unlock()
+	e.h.stats.subscriptions.Add(1)
+	raw, _ := json.Marshal(snap)
+	return raw, nil
+}
+
+// unsubscribe ends the client's subscription to a (nothing when it has none).
+func (e *Endpoint) unsubscribe(a subAddr) {
+	e.mu.Lock()
+	stop := e.subs[a]
+	delete(e.subs, a)
+	e.mu.Unlock()
+	if stop != nil {
+		stop()
+		e.h.stats.subscriptions.Add(-1)
+	}
+}
+
+// dropped ends a subscription whose sink fell behind, and tells the client.
+func (e *Endpoint) dropped(a subAddr) {
+	e.mu.Lock()
+	_, had := e.subs[a]
+	delete(e.subs, a)
+	e.mu.Unlock()
+	if !had {
+		return
+	}
+	e.h.stats.subscriptions.Add(-1)
+	e.h.stats.dropped(a, e.client.ID)
+	if e.notify != nil {
+		d := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the subscriber fell behind and was dropped; subscribe again"}}
+		_ = e.notify(d.toFrame(a, "", 0))
+	}
+}
+
+// closeSubs ends every subscription of the client (its connection closed).
+func (e *Endpoint) closeSubs() {
+	e.mu.Lock()
+	subs := e.subs
+	e.subs = map[subAddr]func(){}
+	e.mu.Unlock()
+	for _, stop := range subs {
+		stop()
+		e.h.stats.subscriptions.Add(-1)
+	}
+}

@@ -1,0 +1,291 @@
+package services_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/meshnode/meshnode/internal/testkit"
+	"github.com/meshnode/meshnode/services"
+	"github.com/meshnode/meshnode/session/wire"
+)
+
+// activeEvents waits until listener s of rig's board hears events: it emits probes
+// (type "probe", n < 0) until one arrives, so that what the test emits next is emitted
+// after the subscription became active.
+func activeEvents(t *testing.T, b *Board, s *seen) {
+	t.Helper()
+	eventually(t, "the events subscription is active", func() bool {
+		n := s.len()
+		if _, err := b.Emit.Call(callCtx(t), BurstArgs{From: -1, Count: 1, Type: "probe"}); err != nil {
+			t.Fatal(err)
+		}
+		return testkit.Within(200*time.Millisecond, func() bool { return s.len() > n })
+	})
+}
+
+// afterProbes returns the non-probe calls of s.
+func afterProbes(s *seen) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, v := range s.vals {
+		if v >= 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// R26: an event subscription is set up by subscribing: the listener, in the consuming
+// process, gets each event emitted afterwards as an event delivery, and On filters by
+// the event's type.
+func TestR26_EventSubscriptionSetUp(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			var all, special seen
+			rig.board.Moves.Subscribe(all.move)
+			rig.board.Moves.On("special", special.move)
+			activeEvents(t, rig.board, &all)
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 1, Count: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 3, Count: 1, Type: "special"}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "three events", func() bool { return len(afterProbes(&all)) == 3 })
+			special.waitLen(t, 1, "the special event")
+			if got := afterProbes(&all); got[0] != 1 || got[1] != 2 || got[2] != 3 {
+				t.Fatalf("events %v", got)
+			}
+			if v, kind, _, _ := special.at(0); v != 3 || kind != services.DeliveryEvent || special.len() != 1 {
+				t.Fatalf("On(special) heard %d %v (%d calls)", v, kind, special.len())
+			}
+		})
+	}
+}
+
+// R27: events are never replayed: a subscriber that comes late hears only what is
+// emitted after its subscription became active, and one whose connection dropped hears
+// nothing of what was emitted meanwhile after it reconnects.
+func TestR27_EventsAreNeverReplayed(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 1, Count: 5}); err != nil {
+				t.Fatal(err)
+			}
+			var late seen
+			lb := rig.consumer(t, func(b *Board) { b.Moves.Subscribe(late.move) })
+			activeEvents(t, lb, &late)
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 6, Count: 5}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the late subscriber hears the last event", func() bool { return late.last() == 10 })
+			if got := afterProbes(&late); len(got) != 5 || got[0] != 6 || got[4] != 10 {
+				t.Fatalf("the late subscriber heard %v, want 6..10 only (nothing from before its subscription)", got)
+			}
+			if rig.drop == nil {
+				return
+			}
+			var s seen
+			rig.board.Moves.Subscribe(s.move)
+			activeEvents(t, rig.board, &s)
+			other := rig.consumer(t, nil)
+			rig.drop()
+			if _, err := other.Emit.Call(callCtx(t), BurstArgs{From: 100, Count: 3}); err != nil {
+				t.Fatal(err)
+			}
+			rig.back()
+			activeEvents(t, rig.board, &s) // active again after the reconnect
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 200, Count: 1}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the event after the reconnect", func() bool { return s.last() == 200 })
+			for _, n := range afterProbes(&s) {
+				if n >= 100 && n < 200 {
+					t.Fatalf("an event emitted during the disconnect was replayed: %v", afterProbes(&s))
+				}
+			}
+		})
+	}
+}
+
+// R28: events arrive in the order they were emitted, each once, with the provider's
+// consecutive sequence.
+func TestR28_EventsArriveInOrder(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			var s seen
+			rig.board.Moves.Subscribe(s.move)
+			activeEvents(t, rig.board, &s)
+			const count = 500
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 1, Count: count}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "every event", func() bool { return s.last() == count })
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			start := len(s.vals) - count
+			for i := start; i < len(s.vals); i++ {
+				if s.vals[i] != i-start+1 || (i > start && s.seqs[i] != s.seqs[i-1]+1) {
+					t.Fatalf("event %d: %d seq %d (previous seq %d)", i-start, s.vals[i], s.seqs[i], s.seqs[i-1])
+				}
+			}
+		})
+	}
+}
+
+// R29: event subscriptions are cleaned up: an unsubscribed listener hears nothing more,
+// and closing the consuming host (its owner) or its connection ends the subscriptions
+// at the provider side.
+func TestR29_EventSubscriptionsAreCleanedUp(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			var kept, gone seen
+			rig.board.Moves.Subscribe(kept.move)
+			stop := rig.board.Moves.Subscribe(gone.move)
+			activeEvents(t, rig.board, &kept)
+			activeEvents(t, rig.board, &gone)
+			stop()
+			if _, err := rig.board.Emit.Call(callCtx(t), BurstArgs{From: 1, Count: 3}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the kept listener hears them", func() bool { return kept.last() == 3 })
+			if got := afterProbes(&gone); len(got) != 0 {
+				t.Fatalf("an unsubscribed listener heard %v", got)
+			}
+			before := rig.subscriptions()
+			if before == 0 {
+				t.Fatal("no subscription at the provider side")
+			}
+			var s seen
+			b := rig.consumer(t, func(b *Board) { b.Moves.Subscribe(s.move); b.Score.Subscribe(func(context.Context, Score) {}) })
+			activeEvents(t, b, &s)
+			eventually(t, "the new consumer's subscriptions are held", func() bool { return rig.subscriptions() > before })
+			rig.closeNewest()
+			eventually(t, "closing the consumer ends its subscriptions", func() bool { return rig.subscriptions() == before })
+		})
+	}
+}
+
+// R30: event flow control is bounded per subscriber: a subscriber that never reads is
+// dropped (flow_control, counted) once its connection's queue is full, the provider
+// never waits for it, and another subscriber hears every event in order.
+func TestR30_EventFlowControlIsBounded(t *testing.T) {
+	const events, pad = 6000, 4 << 10 // 24 MB: past a session's queue and the kernel's buffers
+	t.Run("stream", func(t *testing.T) {
+		provider := newHost(t, "provider", nil, boardFacet("provider", 0))
+		ep := streamEndpoint(t, provider)
+		silent := rawSubscriber(t, ep, "", nil)
+		_ = silent
+		var good seen
+		sc := services.NewStreamConnection(reconnectingConnector(t, ep))
+		t.Cleanup(sc.Close)
+		var b *Board
+		newHost(t, "good", []services.Connection{sc}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+			b = services.Use(env, BoardToken)
+			b.Moves.Subscribe(good.move)
+		}})
+		activeEvents(t, b, &good)
+		emitKeepingUp(t, b, &good, events, pad)
+		eventually(t, "the silent subscriber is dropped", func() bool { return services.SubscriptionsDropped(provider) >= 1 })
+		if n := services.SubscriptionsDropped(provider); n != 1 {
+			t.Fatalf("%d subscriptions dropped, want the silent one only", n)
+		}
+		got := afterProbes(&good)
+		for i, n := range got {
+			if n != i+1 {
+				t.Fatalf("the good subscriber heard %d as event %d", n, i+1)
+			}
+		}
+	})
+	t.Run("session", func(t *testing.T) {
+		f := startSvcFleet(t, 2, nil)
+		w := f.workerOn(t, 1, "flood-")
+		p := f.present(t, 0, "stream")
+		p.create(t, w)
+		rawSubscriber(t, f.Node(0).Endpoints()[0], w, nil)
+		var good seen
+		q := f.present(t, 0, "stream", func(p *presentation) { p.board.Moves.Subscribe(good.move) })
+		q.attach(t, w)
+		activeEvents(t, q.board, &good)
+		emitKeepingUp(t, q.board, &good, events, pad)
+		eventually(t, "the silent presentation is dropped", func() bool {
+			return services.AttacherOf(f.Node(0).Services()).Stats().Dropped >= 1
+		})
+		got := afterProbes(&good)
+		for i, n := range got {
+			if n != i+1 {
+				t.Fatalf("the good presentation heard %d as event %d", n, i+1)
+			}
+		}
+	})
+}
+
+// emitKeepingUp emits events of pad bytes in batches that fit a session's queue
+// (512 KiB), each emitted in one call that must not wait for any subscriber, and waits
+// for good to hear each batch before the next: good keeps up, a subscriber that does
+// not read falls behind by every byte.
+func emitKeepingUp(t *testing.T, b *Board, good *seen, events, pad int) {
+	t.Helper()
+	batch := (512 << 10) / pad
+	for from := 1; from <= events; from += batch {
+		n := min(batch, events-from+1)
+		start := time.Now()
+		if _, err := b.Emit.Call(callCtx(t), BurstArgs{From: from, Count: n, Pad: pad}); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("emitting %d events took %v: the provider waited for a subscriber", n, d)
+		}
+		eventually(t, "the good subscriber hears the batch", func() bool { return good.last() == from+n-1 })
+	}
+}
+
+// rawSubscriber subscribes a raw STREAM client at endpoint to the board's moves (of
+// session's worker, after creating nothing and attaching to it, when session is set)
+// and never reads again.
+func rawSubscriber(t *testing.T, endpoint, session string, _ any) *testkit.RawConn {
+	t.Helper()
+	c, err := testkit.Dial(endpoint[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// A small receive buffer: the kernel holds little of what the server writes to a
+	// client that does not read, whatever its autotuning allows.
+	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+	seq := uint64(0)
+	req := func(name string, md wire.Metadata, payload string) {
+		seq++
+		if err := c.WriteAll(testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: seq, Name: name, Metadata: md}, []byte(payload)), wait); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			f, err := c.ReadFrame(wait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Header.Kind == wire.KindError {
+				t.Fatalf("%s: %s", name, f.Payload)
+			}
+			if f.Header.Kind == wire.KindResponse && f.Header.RequestSeq == seq {
+				return
+			}
+		}
+	}
+	md := wire.Metadata{{Key: "svc", Value: "test.board"}, {Key: "member", Value: "moves"}}
+	if session != "" {
+		args, _ := json.Marshal(services.AttachArgs{Session: session})
+		req(services.NameCall, wire.Metadata{{Key: "svc", Value: "meshnode.session-management"}, {Key: "member", Value: "attach"}, {Key: "rid", Value: "1"}}, string(args))
+		md = append(md, wire.MetadataEntry{Key: "scope", Value: "session"})
+	}
+	req(services.NameSubscribe, md, "")
+	return c
+}

@@ -1,0 +1,314 @@
+package services_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/meshnode/meshnode/services"
+)
+
+// R20: a cold replica (during setup, and a session's before its attach) has no value,
+// records its listeners without calling them, and puts nothing on the wire; once its
+// provider is bound it hydrates, and each recorded listener gets the hydrated value
+// once, as a hydration.
+func TestR20_ColdReplicatedState(t *testing.T) {
+	for _, way := range serverWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			var early seen
+			var during bool
+			rig.consumer(t, func(b *Board) {
+				_, during = b.Score.Value()
+				b.Score.Subscribe(early.score)
+			})
+			if during {
+				t.Fatal("a state had a value during setup")
+			}
+			early.waitLen(t, 1, "the listener recorded in setup gets the hydrated value")
+			if v, kind, _, _ := early.at(0); v != 0 || kind != services.DeliveryHydration {
+				t.Fatalf("first call: %d %v, want the hydrated 0 as a hydration", v, kind)
+			}
+		})
+	}
+	t.Run("session", func(t *testing.T) {
+		f := startSvcFleet(t, 2, nil)
+		w := f.workerOn(t, 1, "cold-")
+		var cold seen
+		p := f.present(t, 0, "stream", func(p *presentation) { p.board.Score.Subscribe(cold.score) })
+		p.create(t, w)
+		if _, ok := p.board.Score.Value(); ok {
+			t.Fatal("a session state had a value before any attach")
+		}
+		if n := services.AttacherOf(f.Node(0).Services()).Stats().Subscriptions; n != 0 {
+			t.Fatalf("%d session subscriptions on the wire before any attach", n)
+		}
+		if cold.len() != 0 {
+			t.Fatal("a listener of a cold replica was called")
+		}
+		p.attach(t, w)
+		cold.waitLen(t, 1, "the recorded listener gets the hydrated value")
+		if v, kind, _, _ := cold.at(0); v != 0 || kind != services.DeliveryHydration {
+			t.Fatalf("first call: %d %v", v, kind)
+		}
+		if v, ok := p.board.Score.Value(); !ok || v.N != 0 {
+			t.Fatalf("after attach: %+v %v", v, ok)
+		}
+	})
+}
+
+// R21: a hydrated replica reads synchronously, and a new listener gets the current
+// value at once (a current delivery) and then every later one, in order.
+func TestR21_HydratedReplicatedState(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			b := rig.board
+			if _, err := b.Set.Call(callCtx(t), Score{N: 7}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the replica holds 7", func() bool { v, ok := b.Score.Value(); return ok && v.N == 7 })
+			var s seen
+			b.Score.Subscribe(s.score)
+			s.waitLen(t, 1, "the current value at once")
+			if v, kind, _, _ := s.at(0); v != 7 || kind != services.DeliveryCurrent {
+				t.Fatalf("first call of a new listener: %d %v, want 7 as current", v, kind)
+			}
+			for n := 8; n <= 10; n++ {
+				if _, err := b.Set.Call(callCtx(t), Score{N: n}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.waitLen(t, 4, "three updates")
+			for i := 1; i < 4; i++ {
+				if v, kind, _, _ := s.at(i); v != 7+i || kind != services.DeliveryUpdate {
+					t.Fatalf("call %d: %d %v", i, v, kind)
+				}
+			}
+			if st := b.Score.Status(); !st.Hydrated || st.Stale {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// R22: hydration races updates without a gap or a duplicate: consumers that subscribe
+// while the provider writes a long run of values each see a consecutive run after
+// their first value (which may be any of them), each value once, ending at the last.
+func TestR22_NoRaceBetweenSnapshotAndUpdate(t *testing.T) {
+	for _, way := range allWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			const first, count = 1, 600
+			done := make(chan error, 1)
+			go func() { _, err := rig.board.Burst.Call(callCtx(t), BurstArgs{From: first, Count: count}); done <- err }()
+			var ss [3]seen
+			for i := range ss {
+				rig.consumer(t, func(b *Board) { b.Score.Subscribe(ss[i].score) })
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for i := range ss {
+				s := &ss[i]
+				eventually(t, "the consumer reaches the last value", func() bool { return s.last() == first+count-1 })
+				s.mu.Lock()
+				for k := 1; k < len(s.vals); k++ {
+					if s.vals[k] != s.vals[k-1]+1 || s.seqs[k] != s.seqs[k-1]+1 {
+						t.Errorf("consumer %d: call %d is %d (seq %d) after %d (seq %d): a gap or a duplicate",
+							i, k, s.vals[k], s.seqs[k], s.vals[k-1], s.seqs[k-1])
+						break
+					}
+				}
+				s.mu.Unlock()
+			}
+		})
+	}
+}
+
+// R23: delivery contexts: the first call after a snapshot runs under a fresh hydration
+// context whose parent is the listener's subscription; the immediate call of a new
+// listener of a hydrated replica under a fresh local context (a new trace); a live
+// update under the context of the write that produced it (the provider's span is its
+// parent, across the connection). None is the subscriber's context.
+func TestR23_DeliveryContexts(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), TracerProvider: tp}, boardFacet("p", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = provider.Close(context.Background()) })
+			conn, _ := tr.connect(t, provider)
+			var b *Board
+			var hyd seen
+			consumer, err := services.NewHost(context.Background(), services.HostOptions{Name: "consumer", Connections: []services.Connection{conn}, Logger: quiet(), TracerProvider: tp},
+				services.Facet{ID: "ui", Setup: func(env *services.Env) {
+					b = services.Use(env, BoardToken)
+					b.Score.Subscribe(hyd.score)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = consumer.Close(context.Background()) })
+			hyd.waitLen(t, 1, "the hydration")
+			var cur seen
+			b.Score.Subscribe(cur.score)
+			cur.waitLen(t, 1, "the current value")
+
+			ctx, caller := tp.Tracer("test").Start(callCtx(t), "caller")
+			if _, err := b.Set.Call(ctx, Score{N: 5}); err != nil {
+				t.Fatal(err)
+			}
+			caller.End()
+			hyd.waitLen(t, 2, "the update")
+
+			hc := trace.SpanContextFromContext(hyd.ctx(0))
+			if d, _ := services.DeliveryOf(hyd.ctx(0)); d.Kind != services.DeliveryHydration || !hc.IsValid() {
+				t.Fatalf("hydration delivery %+v, span %v", d, hc)
+			}
+			cc := trace.SpanContextFromContext(cur.ctx(0))
+			if d, _ := services.DeliveryOf(cur.ctx(0)); d.Kind != services.DeliveryCurrent || cc.TraceID() == hc.TraceID() {
+				t.Fatalf("current delivery %+v: a fresh local context (a new trace), got the hydration's trace", d)
+			}
+			uc := trace.SpanContextFromContext(hyd.ctx(1))
+			if d, _ := services.DeliveryOf(hyd.ctx(1)); d.Kind != services.DeliveryUpdate || uc.TraceID() != caller.SpanContext().TraceID() {
+				t.Fatalf("update delivery %+v in trace %v, want the writer's trace %v", d, uc.TraceID(), caller.SpanContext().TraceID())
+			}
+			spans := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+			for _, s := range rec.Ended() {
+				spans[s.SpanContext().SpanID()] = s
+			}
+			// The hydration's span is a child of the listener's subscription.
+			if p, ok := spans[parentOf(rec, hc.SpanID())]; !ok || p.Name() != "services.subscribe" {
+				t.Errorf("the hydration's parent is %v, want the subscription's span", p)
+			}
+			// The update's span is a child of the provider's rpc.server span of the Set.
+			if p, ok := spans[parentOf(rec, uc.SpanID())]; !ok || p.Name() != "rpc.server" {
+				t.Errorf("the update's parent is %v, want the write's rpc.server span", p)
+			}
+		})
+	}
+}
+
+// parentOf returns the parent of an ended span.
+func parentOf(rec *tracetest.SpanRecorder, id trace.SpanID) trace.SpanID {
+	for _, s := range rec.Ended() {
+		if s.SpanContext().SpanID() == id {
+			return s.Parent().SpanID()
+		}
+	}
+	return trace.SpanID{}
+}
+
+// R24: a disconnect keeps the last value as stale display data; reconnecting to the
+// same provider replaces it with a fresh snapshot (a hydration), including what was
+// written meanwhile.
+func TestR24_StaleDisplayKeptOnReconnect(t *testing.T) {
+	for _, way := range serverWays() {
+		t.Run(way.name, func(t *testing.T) {
+			rig := way.start(t)
+			b := rig.board
+			var s seen
+			b.Score.Subscribe(s.score)
+			if _, err := b.Set.Call(callCtx(t), Score{N: 3}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "3 replicated", func() bool { return s.last() == 3 })
+			// A second consumer of the same provider writes while the first is away.
+			other := rig.consumer(t, nil)
+			rig.drop()
+			eventually(t, "the replica turns stale", func() bool { return b.Score.Status().Stale })
+			if v, ok := b.Score.Value(); !ok || v.N != 3 {
+				t.Fatalf("a stale replica: %+v %v, want the last value kept", v, ok)
+			}
+			if _, err := other.Set.Call(callCtx(t), Score{N: 4}); err != nil {
+				t.Fatal(err)
+			}
+			n := s.len()
+			rig.back()
+			eventually(t, "a fresh snapshot replaces the stale value", func() bool {
+				v, ok := b.Score.Value()
+				return ok && v.N == 4 && !b.Score.Status().Stale
+			})
+			s.waitLen(t, n+1, "the listener hears the fresh snapshot")
+			if v, kind, _, _ := s.at(n); v != 4 || kind != services.DeliveryHydration {
+				t.Fatalf("after the reconnect: %d %v, want 4 as a hydration", v, kind)
+			}
+		})
+	}
+}
+
+// R25: switching to another provider clears readiness: a switch to another session's
+// worker makes its replica cold, then hydrated from the new worker (a hydration, never
+// an update carrying the old worker's numbering), and a detach leaves it cold; a
+// provider's reload installs a complete replacement snapshot on the same subscription.
+func TestR25_StateClearedOnProviderSwitch(t *testing.T) {
+	for _, tr := range presentationTransports {
+		t.Run(tr, func(t *testing.T) {
+			f := startSvcFleet(t, 2, nil)
+			w1, w2 := f.workerOn(t, 1, "sw1-"), f.workerOn(t, 0, "sw2-")
+			var s seen
+			p := f.present(t, 0, tr, func(p *presentation) { p.board.Score.Subscribe(s.score) })
+			p.create(t, w1)
+			p.create(t, w2)
+			p.attach(t, w2)
+			if _, err := p.board.Set.Call(callCtx(t), Score{N: 20}); err != nil {
+				t.Fatal(err)
+			}
+			p.attach(t, w1)
+			for n := 1; n <= 3; n++ {
+				if _, err := p.board.Set.Call(callCtx(t), Score{N: n}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, "w1's 3", func() bool { return s.last() == 3 })
+			from := s.len()
+			p.attach(t, w2)
+			eventually(t, "w2's value", func() bool { v, ok := p.board.Score.Value(); return ok && v.N == 20 })
+			s.waitLen(t, from+1, "the switch is heard")
+			if v, kind, _, _ := s.at(from); v != 20 || kind != services.DeliveryHydration {
+				t.Fatalf("first call after the switch: %d %v, want w2's 20 as a hydration", v, kind)
+			}
+			if _, err := p.mgmt.Detach.Call(callCtx(t), struct{}{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "detach leaves the replica cold", func() bool { _, ok := p.board.Score.Value(); return !ok })
+		})
+	}
+	t.Run("reload", func(t *testing.T) {
+		for _, tr := range transports {
+			t.Run(tr.name, func(t *testing.T) {
+				provider := newHost(t, "provider", nil, boardFacet("v1", 1))
+				conn, _ := tr.connect(t, provider)
+				var b *Board
+				var s seen
+				newHost(t, "consumer", []services.Connection{conn}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+					b = services.Use(env, BoardToken)
+					b.Score.Subscribe(s.score)
+				}})
+				s.waitLen(t, 1, "hydrated")
+				if err := provider.Reload(callCtx(t), boardFacet("v2", 100)); err != nil {
+					t.Fatal(err)
+				}
+				s.waitLen(t, 2, "the replacement")
+				if v, kind, _, repl := s.at(1); v != 100 || kind != services.DeliveryHydration || !repl {
+					t.Fatalf("after the reload: %d %v replacement %v, want v2's 100 as a replacement", v, kind, repl)
+				}
+				if r, err := b.Set.Call(callCtx(t), Score{N: 101}); err != nil || r.By != "v2" {
+					t.Fatalf("a write after the reload: %+v %v", r, err)
+				}
+				eventually(t, "v2's writes reach the same subscription", func() bool { return s.last() == 101 })
+			})
+		}
+	})
+}
+
+var _ = errors.Is
