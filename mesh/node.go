@@ -118,6 +118,8 @@ type Config struct {
 	// legacyMeta plays a build from before node metadata version 3 (tests only): it
 	// neither says it reads version 3 nor writes it, and ignores members that write it.
 	legacyMeta bool
+	// updateHook runs inside each re-gossip of the metadata (tests only).
+	updateHook func()
 }
 
 // Node is one running meshnode lifecycle in the mesh.
@@ -157,6 +159,8 @@ type Node struct {
 	meta   nodeMeta
 	metaMu sync.Mutex
 	metaV3 bool
+	// updateMu serialises memberlist's UpdateNode (updateNode).
+	updateMu sync.Mutex
 
 	flow *flow
 	// coalesce: records toward a peer are coalesced (Config.NoCoalescing off).
@@ -561,7 +565,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		n.metaMu.Unlock()
 		if merr == nil {
 			n.members.setMeta(b)
-			_ = n.members.list.UpdateNode(timeout / 2)
+			_ = n.updateNode(timeout/2, false)
 		}
 		if lerr := n.members.list.Leave(timeout / 2); lerr != nil {
 			err = fmt.Errorf("mesh: leave: %w", lerr)
@@ -703,8 +707,24 @@ func (n *Node) metaLoop() {
 		// UpdateNode queues the gossip, then waits until it has been retransmitted to
 		// enough peers (a few gossip rounds), which a node that stops meanwhile never
 		// does: do not wait (its timeout error says only that it did not).
-		_ = n.members.list.UpdateNode(time.Millisecond)
+		_ = n.updateNode(time.Millisecond, true)
 	}
+}
+
+// updateNode gossips this node's metadata again. memberlist's UpdateNode reads the
+// node's own address fields without its lock while a concurrent UpdateNode writes them
+// under it (a data race CI caught between metaLoop and Leave), so the calls are
+// serialised; once the node is stopping, only Leave's goes out (unlessStopping).
+func (n *Node) updateNode(timeout time.Duration, unlessStopping bool) error {
+	n.updateMu.Lock()
+	defer n.updateMu.Unlock()
+	if unlessStopping && n.stopping.Load() {
+		return nil
+	}
+	if n.cfg.updateHook != nil {
+		n.cfg.updateHook()
+	}
+	return n.members.list.UpdateNode(timeout)
 }
 
 // timing is what bounds memberlist's failure detection.
