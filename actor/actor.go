@@ -2,6 +2,7 @@ package actor
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/meshnode/meshnode/mesh"
 )
@@ -68,6 +69,14 @@ type Stopping struct{ Moved bool }
 type Actor interface {
 	Receive(ctx *Context)
 }
+
+// SystemKindPrefix starts the names of the runtime's own Actor kinds (the sessions
+// directory of the plugin services, say). Applications name theirs otherwise; the
+// admin API lists the runtime's Actors only when asked for the system's.
+const SystemKindPrefix = "meshnode."
+
+// IsSystemKind reports whether kind is one of the runtime's own.
+func IsSystemKind(kind string) bool { return strings.HasPrefix(kind, SystemKindPrefix) }
 
 // Kind is a named Actor implementation.
 type Kind struct {

@@ -76,6 +76,7 @@ func (h *Host) retire(a *activation) bool {
 // Stats are the Actor host's figures (also exported as metrics).
 type Stats struct {
 	Active          int   // activations on this node
+	System          int   // of Active, those of the runtime's own kinds (IsSystemKind)
 	Collected       int64 // activations deactivated because they were idle
 	MailboxRejected int64 // messages refused because an Actor's mailbox was full
 	Panics          int64 // Actor turns that panicked
@@ -93,9 +94,9 @@ type Stats struct {
 // Stats returns the current figures.
 func (h *Host) Stats() Stats {
 	h.mu.Lock()
-	n := len(h.acts)
+	n, sys := len(h.acts), h.systemActs
 	h.mu.Unlock()
-	return Stats{Active: n, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
+	return Stats{Active: n, System: sys, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
 		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
 		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
 		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), Quorum: h.quorum.has()}

@@ -91,12 +91,13 @@ type Host struct {
 	rdir   *RendezvousDirectory // the built-in directory (nil with another Directory)
 	quorum *quorum
 
-	mu        sync.Mutex
-	kinds     map[string]Kind
-	acts      map[string]*activation    // by ActorId
-	departing map[string]DirectoryEntry // moved away, target not committed yet
-	leaving   map[string]*activation    // by name: out of acts, process not stopped yet (see spawn)
-	closed    bool
+	mu         sync.Mutex
+	kinds      map[string]Kind
+	acts       map[string]*activation    // by ActorId
+	systemActs int                       // of acts, those of the runtime's own kinds (IsSystemKind)
+	departing  map[string]DirectoryEntry // moved away, target not committed yet
+	leaving    map[string]*activation    // by name: out of acts, process not stopped yet (see spawn)
+	closed     bool
 
 	unsubscribe func()
 	dirPID      *proto.PID
@@ -400,7 +401,7 @@ func (h *Host) Close() {
 	}
 	h.closed = true
 	acts := h.acts
-	h.acts = map[string]*activation{}
+	h.acts, h.systemActs = map[string]*activation{}, 0
 	h.mu.Unlock()
 	if h.stopSweep != nil {
 		close(h.stopSweep)
@@ -585,6 +586,9 @@ func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name
 	}
 	a.pid = pid
 	h.acts[fence.ID] = a
+	if IsSystemKind(a.kind) {
+		h.systemActs++
+	}
 	return a, nil, nil
 }
 
@@ -592,6 +596,9 @@ func (h *Host) trySpawn(k Kind, fence RouteFence, impl Actor, arr *arrival, name
 // has stopped (stopped); under h.mu.
 func (h *Host) leave(a *activation) {
 	delete(h.acts, a.fence.ID)
+	if IsSystemKind(a.kind) {
+		h.systemActs--
+	}
 	h.leaving[activationName(a.fence.Ref)] = a
 }
 

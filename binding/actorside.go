@@ -368,7 +368,11 @@ func (b *Binder) onMissingActor(from mesh.NodeID, rec *wire.Record) {
 		}
 		reply(false, b, from, body.Correlation, wire.ResultNotFound, wire.FailureActorRouteNotFound, nil)
 	case *wire.ActorSend:
-		b.rejected(&b.drops.staleRelay, from, "relay to an Actor that is not active")
+		// A correct peer sends this whenever a relay crosses the Actor's end (its node
+		// shutting down, an application's Deactivate): counted and answered, logged at
+		// debug level only.
+		b.drops.staleRelay.Add(1)
+		b.node.Records().DropExpected(from, "relay to an Actor that is not active")
 		// A relayed Request would otherwise wait for a reply that cannot come.
 		b.failRelay(from, rec, fault.NotFound.Code(), "the bound Actor is no longer active")
 	}

@@ -168,8 +168,9 @@ func (w *worker) start(ctx *actor.Context, moved bool) {
 	} else {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
-		// Unguessable: only the servers of attached presentations learn it.
-		w.topic = "svc:" + hex.EncodeToString(b[:])
+		// Unguessable (only the servers of attached presentations learn it), and reserved:
+		// no session subscribes or publishes to it.
+		w.topic = topic.ReservedPrefix + "svc:" + hex.EncodeToString(b[:])
 	}
 	ho := w.opts.HostOptions
 	ho.Name = ctx.Self().ID

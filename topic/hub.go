@@ -198,6 +198,9 @@ type Stats struct {
 	// many subscriptions they hold.
 	Topics        int `json:"topics"`
 	Subscriptions int `json:"subscriptions"`
+	// LocalSubscriptions is how many in-process subscriptions (SubscribeLocal: the
+	// plugin services' fan-out to their presentations) this node holds.
+	LocalSubscriptions int `json:"localSubscriptions"`
 }
 
 // New starts the topics of node: binder (nil: no Actor may subscribe its bound
@@ -260,11 +263,8 @@ func (h *Hub) Stats() Stats {
 	for _, subs := range h.topics {
 		st.Subscriptions += len(subs)
 	}
-	for t, subs := range h.locals {
-		if _, ok := h.topics[t]; !ok {
-			st.Topics++
-		}
-		st.Subscriptions += len(subs)
+	for _, subs := range h.locals {
+		st.LocalSubscriptions += len(subs)
 	}
 	h.mu.RUnlock()
 	c := &h.stats
@@ -356,7 +356,7 @@ func (h *Hub) subscribe(ctx context.Context, peer *session.Peer, topic string, w
 }
 
 func (h *Hub) join(ctx context.Context, peer *session.Peer, topic string, wait bool) error {
-	if err := CheckName(topic); err != nil {
+	if err := checkSessionName(topic); err != nil {
 		return err
 	}
 	s, err := h.session(peer)
@@ -441,7 +441,7 @@ func (h *Hub) Topics(peer *session.Peer) []string {
 // this node's; it never waits for a subscriber (one that falls behind is dropped), at
 // most for room toward a node (bounded by ctx).
 func (h *Hub) Publish(ctx context.Context, peer *session.Peer, topic string, build func(seq uint64) (Message, error)) (uint64, error) {
-	if err := CheckName(topic); err != nil {
+	if err := checkSessionName(topic); err != nil {
 		h.stats.refused.Add(1)
 		return 0, err
 	}

@@ -46,6 +46,11 @@ func (h *Hub) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	locals, err := m.Int64ObservableGauge("meshnode.topic.local_subscriptions", metric.WithUnit("{subscription}"),
+		metric.WithDescription("In-process subscriptions this node holds (the plugin services' fan-out to presentations)."))
+	if err != nil {
+		return err
+	}
 	kind := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("kind", v)) }
 	outcome := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 	heard, unheard := outcome("heard"), outcome("unheard")
@@ -65,7 +70,8 @@ func (h *Hub) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(problems, st.Duplicates, dup)
 		o.ObserveInt64(topics, int64(st.Topics))
 		o.ObserveInt64(subs, int64(st.Subscriptions))
+		o.ObserveInt64(locals, int64(st.LocalSubscriptions))
 		return nil
-	}, publishes, records, deliveries, dropped, problems, topics, subs)
+	}, publishes, records, deliveries, dropped, problems, topics, subs, locals)
 	return err
 }

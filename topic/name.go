@@ -2,6 +2,7 @@ package topic
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/meshnode/meshnode/fault"
 )
@@ -22,9 +23,33 @@ var (
 	// ErrSessionClosing: a subscribe or publish of a session that is closing (kind
 	// ShuttingDown).
 	ErrSessionClosing = fault.New(fault.ShuttingDown, "topic: the session is closing")
+	// ErrReserved: a session subscribing or publishing to a name that starts with
+	// ReservedPrefix (kind InvalidOperation).
+	ErrReserved = fault.New(fault.InvalidOperation, "topic: the name is reserved for the runtime")
 	// ErrStopped: the hub stopped with its node (kind ShuttingDown).
 	ErrStopped = fault.New(fault.ShuttingDown, "topic: the node's topics stopped")
 )
+
+// ReservedPrefix starts the names of the runtime's own topics (the session directory,
+// the session workers' fan-out to their presentations): no session subscribes or
+// publishes to them, so no client can read or forge what they carry, and the admin
+// API lists them only when asked for the system's (?system=true).
+const ReservedPrefix = "meshnode."
+
+// Reserved reports whether name is one of the runtime's own topics.
+func Reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix) }
+
+// checkSessionName is CheckName for a session's subscribe or publish: the runtime's
+// own names are refused too.
+func checkSessionName(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if Reserved(name) {
+		return fmt.Errorf("%w: %q (names starting %q)", ErrReserved, name, ReservedPrefix)
+	}
+	return nil
+}
 
 // CheckName returns nil for a valid topic name, else an error matching ErrBadName that
 // says what is wrong with it.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,28 @@ type activeActorJSON struct {
 	ObjectGeneration uint64 `json:"objectGeneration,string"`
 	// Arriving: it arrives by a move that has not committed yet.
 	Arriving bool `json:"arriving,omitempty"`
+}
+
+// withSystem reads ?system=true: whether a listing includes the runtime's own Actors
+// (kinds starting actor.SystemKindPrefix) and topics (topic.ReservedPrefix), which it
+// leaves out by default: an application's operator counts the application's.
+func withSystem(r *http.Request) bool {
+	v, _ := strconv.ParseBool(r.URL.Query().Get("system"))
+	return v
+}
+
+// listed is as without the runtime's own Actors unless system (as stays as it was).
+func listed(as []actor.ActiveActor, system bool) []actor.ActiveActor {
+	if system {
+		return as
+	}
+	out := as[:0:0]
+	for _, a := range as {
+		if !actor.IsSystemKind(a.Kind) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func activeJSON(as []actor.ActiveActor) []activeActorJSON {

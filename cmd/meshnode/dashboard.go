@@ -68,7 +68,8 @@ type nodeJSON struct {
 	JobQueue      jobQueueJSON `json:"jobQueue"`
 	Bindings      int          `json:"bindings"`
 	BoundSessions int          `json:"boundSessions"`
-	Actors        int          `json:"actors"`
+	Actors        int          `json:"actors"` // the application's (SystemActors: the runtime's own)
+	SystemActors  int          `json:"systemActors"`
 	Records       recordsJSON  `json:"records"`
 	Health        healthJSON   `json:"health"`
 	// Store is the Actor state store: which, its health now, and its figures.
@@ -216,7 +217,8 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 	}
 	bs := d.node.Binder().Stats()
 	out.Bindings, out.BoundSessions = bs.Bindings, bs.Sessions
-	out.Actors = d.node.Actors().Stats().Active
+	as := d.node.Actors().Stats()
+	out.Actors, out.SystemActors = as.Active-as.System, as.System
 	if st := d.node.Store(); st != nil {
 		out.Store = &nodeStoreJSON{storeHealthJSON: storeHealth(context.Background(), st), StoreStats: d.node.Actors().StoreStats()}
 	}
@@ -361,7 +363,7 @@ func (d *dashboard) nodeActors(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after := r.URL.Query().Get("after")
-	all := d.node.Actors().Active() // sorted by id
+	all := listed(d.node.Actors().Active(), withSystem(r)) // sorted by id
 	start, _ := slices.BinarySearchFunc(all, after, func(a actor.ActiveActor, id string) int { return strings.Compare(a.ID, id) })
 	for start < len(all) && all[start].ID <= after {
 		start++
@@ -446,7 +448,7 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	after := r.URL.Query().Get("after")
+	after, system := r.URL.Query().Get("after"), withSystem(r)
 	self := d.node.Mesh().ID().RID
 	live := d.node.Membership().Live()
 	type answer struct {
@@ -458,10 +460,10 @@ func (d *dashboard) fleetActors(w http.ResponseWriter, r *http.Request) {
 	// among them (ids are unique in the fleet), so merging them pages the fleet.
 	d.fanOut(r.Context(), len(live), func(ctx context.Context, i int) {
 		m := live[i]
-		q := "/v1/node/actors?limit=" + strconv.Itoa(limit) + "&after=" + url.QueryEscape(after)
+		q := "/v1/node/actors?limit=" + strconv.Itoa(limit) + "&after=" + url.QueryEscape(after) + "&system=" + strconv.FormatBool(system)
 		switch {
 		case m.ID.RID == self:
-			all := d.node.Actors().Active()
+			all := listed(d.node.Actors().Active(), system)
 			answers[i].page.Total = len(all)
 			for _, a := range all {
 				if a.ID <= after {

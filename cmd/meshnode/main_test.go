@@ -203,6 +203,23 @@ func TestBinaryServesSampleAppAndDrains(t *testing.T) {
 	if code, body := httpGet(t, admin+"/v1/actors"); code != 200 || strings.TrimSpace(body) != "[]" {
 		t.Fatalf("/v1/actors %d %s", code, body)
 	}
+	// The runtime's own Actors and topics (the plugin services' sessions directory) are
+	// listed only when asked for.
+	if code, body := httpGet(t, admin+"/v1/actors?system=true"); code != 200 || !strings.Contains(body, `"kind": "meshnode.sessions"`) {
+		t.Fatalf("/v1/actors?system=true %d %s", code, body)
+	}
+	var topics struct {
+		Total  int `json:"total"`
+		Topics []struct {
+			Topic string `json:"topic"`
+		} `json:"topics"`
+	}
+	if code := getJSON(t, admin+"/v1/topics", &topics); code != 200 || topics.Total != 0 || len(topics.Topics) != 0 {
+		t.Fatalf("/v1/topics %d %+v", code, topics)
+	}
+	if code := getJSON(t, admin+"/v1/topics?system=true", &topics); code != 200 || topics.Total != 1 || topics.Topics[0].Topic != "meshnode.session-directory" {
+		t.Fatalf("/v1/topics?system=true %d %+v", code, topics)
+	}
 	var table bytes.Buffer
 	if err := run(context.Background(), []string{"members", "--admin", addrs["admin"]}, &table, io.Discard); err != nil {
 		t.Fatal(err)

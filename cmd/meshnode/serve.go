@@ -273,8 +273,8 @@ func adminMux(c adminConfig) *http.ServeMux {
 		}
 		writeJSON(w, out)
 	})
-	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, activeJSON(node.Actors().Active()))
+	mux.HandleFunc("GET /v1/actors", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, activeJSON(listed(node.Actors().Active(), withSystem(r))))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

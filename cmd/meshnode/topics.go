@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/meshnode/meshnode"
@@ -36,6 +37,9 @@ func adminTopics(mux *http.ServeMux, node *meshnode.Node) {
 			limit = n
 		}
 		all := node.Topics().List()
+		if !withSystem(r) {
+			all = slices.DeleteFunc(all, func(p topic.Presence) bool { return topic.Reserved(p.Topic) })
+		}
 		out := topicsJSON{Total: len(all), Topics: []topic.Presence{}, Stats: node.Topics().Stats()}
 		for _, p := range all {
 			if after != "" && p.Topic <= after {

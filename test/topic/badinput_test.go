@@ -167,3 +167,28 @@ func startCapturing(t *testing.T, n int) (*fleet.Fleet, func() []*session.Peer) 
 		return append([]*session.Peer(nil), peers...)
 	}
 }
+
+// "Bad input", found when the plugin services began to fan out on topics of their own:
+// the runtime's topics (meshnode.session-directory, each session worker's) are
+// reserved, so a client can neither read what they carry nor forge a publication on
+// them; the refusal is typed and counted, and the name is said.
+func TestTopics_ClientsCannotUseTheRuntimesReservedTopics(t *testing.T) {
+	f, _ := startCapturing(t, 1)
+	c := f.Connect(t, 0)
+	before := f.Node(0).Topics().Stats().Refused
+	for _, name := range []string{"meshnode.session-directory", "meshnode.svc:00ff", topic.ReservedPrefix} {
+		err := request(t, c, "subscribe", map[string]string{"topic": name})
+		if remoteCode(err) != fault.InvalidOperation.Code() || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), name) {
+			t.Errorf("subscribe to %q: %v, want invalid_operation naming the reserved topic", name, err)
+		}
+		err = request(t, c, "publish", map[string]any{"topic": name, "payload": 1})
+		if remoteCode(err) != fault.InvalidOperation.Code() || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("publish to %q: %v, want invalid_operation", name, err)
+		}
+	}
+	if got := f.Node(0).Topics().Stats().Refused - before; got != 6 {
+		t.Errorf("%d refusals counted, want 6", got)
+	}
+	// A name that only looks alike is the application's.
+	subscribe(t, c, "meshnode-fans")
+}
