@@ -2,8 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +235,210 @@ func BenchmarkServiceCallLoopback(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// FloodEvent is an event of BenchmarkServiceEventsUntilBound: its number and padding
+// to 64 bytes of JSON.
+type FloodEvent struct {
+	N   int    `json:"n"`
+	Pad string `json:"pad"`
+}
+
+// Flood is a server service with one events member.
+type Flood struct {
+	Events services.Events[FloodEvent]
+}
+
+// FloodToken names Flood.
+var FloodToken = services.Define("bench.flood", func(d *services.Describer, f *Flood) {
+	services.DescribeEvents(d, "events", &f.Events)
+})
+
+const (
+	// floodEvents is how many events an operation emits: more than the subscriber's
+	// bound (its session queue, 1 MiB) and the kernel's socket buffers on loopback
+	// (at most 4 MiB to send and the 32 KiB to receive the subscriber asks for) hold.
+	floodEvents = 1 << 16
+	floodPad    = 44
+	// defaultMaxPendingWrite is session.SocketOptions.MaxPendingWrite's default: the
+	// subscriber's bound over STREAM.
+	defaultMaxPendingWrite = 1 << 20
+)
+
+// BenchmarkServiceEventsUntilBound emits events of a server service as fast as one
+// caller can to one subscriber over STREAM that does not read, until its bound trips:
+// the documented overflow policy (docs/services.md, Remote events) drops the
+// subscription with a $svc.closed flow_control notice once its session's queue holds
+// MaxPendingWrite (1 MiB) not yet written to the socket. The subscriber then reads
+// what it was sent: every event in order, each once, then the notice. Where the kernel
+// says what it holds of the connection (Linux's /proc/net/tcp), the benchmark checks
+// that the server's queue held the bound at the trip, to within one event. An
+// operation is one subscriber flooded until it trips. It reports the events per second
+// handed to the subscriber before the trip (events/s) and, of the last operation, the
+// events handed over before the trip (trip-events), their bytes (KiB-unread-at-trip:
+// the server's queue and the kernel's socket buffers, 4 MiB to send on loopback) and
+// what of them the server's queue held (KiB-queued-at-trip).
+func BenchmarkServiceEventsUntilBound(b *testing.B) {
+	var src atomic.Pointer[services.EventSource[FloodEvent]]
+	c := meshtest.Start(b, 1, meshtest.Options{NoTap: true, Config: func(_ int, cfg *meshnode.Config) {
+		cfg.Streams = []string{"tcp://127.0.0.1:0"}
+		cfg.Session = func(n *meshnode.Node) session.SessionType { return n.ServeServices(session.NewMux("bench")).Type() }
+		cfg.Services = func(*meshnode.Node) []services.Facet {
+			return []services.Facet{{ID: "bench.flood", Setup: func(env *services.Env) {
+				s := services.NewEvents[FloodEvent]()
+				services.Provide(env, FloodToken, &Flood{Events: s})
+				src.Store(s)
+			}}}
+		}
+	}})
+	events := src.Load()
+	addr := strings.TrimPrefix(c.Node(0).Endpoints()[0], "tcp://")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pad := strings.Repeat("x", floodPad)
+	at := make([]time.Duration, floodEvents) // when each Emit returned
+	var (
+		delivered int
+		untilTrip time.Duration
+		tripAt    int
+		unread    int
+		held      = -1
+	)
+	b.ResetTimer()
+	for op := 0; op < b.N; op++ {
+		conn, err := testkit.Dial(addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// A small receive buffer: the kernel holds little of what the server writes to a
+		// subscriber that does not read, whatever its autotuning allows.
+		_ = conn.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+		seq0 := floodSubscribe(b, conn)
+		start := time.Now()
+		for k := range at {
+			if err := events.Emit(ctx, FloodEvent{N: k + 1, Pad: pad}); err != nil {
+				b.Fatal(err)
+			}
+			at[k] = time.Since(start)
+		}
+		// What the kernel holds between the server's queue and the subscriber, which
+		// still reads nothing: the server socket's send queue and the subscriber's
+		// receive queue.
+		inKernel, measured := loopbackQueued(conn.LocalAddr(), conn.RemoteAddr())
+		// Read what the subscriber was sent: events 1..d, in order, then the notice.
+		d, bytes := 0, 0
+		for closed := false; !closed; {
+			f, err := conn.ReadFrame(benchWait)
+			if err != nil {
+				b.Fatalf("after %d events: %v", d, err)
+			}
+			switch f.Header.Name {
+			case services.NameEvent:
+				seq, _ := f.Header.Metadata.Get(services.MetaSeq)
+				if want := strconv.FormatUint(seq0+uint64(d)+1, 10); seq != want {
+					b.Fatalf("event %d has seq %s, want %s", d+1, seq, want)
+				}
+				d++
+				bytes += wire.PrefixSize + len(f.HeaderBytes) + len(f.Payload)
+			case services.NameClosed:
+				var e services.Error
+				if err := json.Unmarshal(f.Payload, &e); err != nil || e.Code != services.CodeFlowControl {
+					b.Fatalf("after %d events the subscription closed with %s, want %s", d, f.Payload, services.CodeFlowControl)
+				}
+				closed = true
+			default:
+				b.Fatalf("unexpected frame %s after %d events", f.Header.Name, d)
+			}
+		}
+		_ = conn.Close()
+		switch {
+		case d >= floodEvents:
+			b.Fatalf("the subscriber took all %d events: its bound never tripped", d)
+		case bytes < defaultMaxPendingWrite:
+			b.Fatalf("dropped after %d events (%d bytes): before its queue could hold the bound, %d bytes", d, bytes, defaultMaxPendingWrite)
+		}
+		delivered += d
+		untilTrip += at[d] // event d+1 found the queue full: its Emit returned after the drop
+		tripAt, unread = d+1, bytes
+		if measured {
+			// The bound, exactly: the server's queue held less than MaxPendingWrite when it
+			// took event d and at least that when event d+1 found it full, so what it holds
+			// now is the bound to within event d's frame (less what the writer blocked on
+			// the socket had written of its buffer).
+			held = bytes - inKernel
+			if frame := bytes / d; held < defaultMaxPendingWrite-frame || held >= defaultMaxPendingWrite+frame {
+				b.Fatalf("tripped with %d bytes in the server's queue (%d unread, %d in the kernel), not the bound of %d to within one event (%d bytes)",
+					held, bytes, inKernel, defaultMaxPendingWrite, frame)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(delivered)/untilTrip.Seconds(), "events/s")
+	b.ReportMetric(float64(tripAt-1), "trip-events")
+	b.ReportMetric(float64(unread)/1024, "KiB-unread-at-trip")
+	if held >= 0 {
+		b.ReportMetric(float64(held)/1024, "KiB-queued-at-trip")
+		b.Logf("the last subscriber tripped at event %d: %d bytes unread, of which %d in the server's queue (the bound: %d)", tripAt, unread, held, defaultMaxPendingWrite)
+	}
+}
+
+// loopbackQueued returns the bytes the kernel holds on a loopback TCP connection whose
+// client end is at local: the send queue of the server's socket and the receive queue
+// of the client's (/proc/net/tcp; false where there is none).
+func loopbackQueued(local, remote net.Addr) (int, bool) {
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return 0, false
+	}
+	hex := func(a net.Addr) string {
+		t, ok := a.(*net.TCPAddr)
+		ip := t.IP.To4()
+		if !ok || ip == nil {
+			return ""
+		}
+		return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], t.Port)
+	}
+	client, server := hex(local), hex(remote)
+	queue := func(f []string, i int) int {
+		tx, rx, _ := strings.Cut(f[4], ":")
+		v, _ := strconv.ParseInt([]string{tx, rx}[i], 16, 64)
+		return int(v)
+	}
+	total, found := 0, 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		switch {
+		case f[1] == server && f[2] == client:
+			total += queue(f, 0) // the server's send queue
+			found++
+		case f[1] == client && f[2] == server:
+			total += queue(f, 1) // the client's receive queue
+			found++
+		}
+	}
+	return total, found == 2
+}
+
+// floodSubscribe subscribes conn to the flood's events and returns the sequence the
+// subscription starts after.
+func floodSubscribe(b *testing.B, conn *testkit.RawConn) uint64 {
+	b.Helper()
+	md := wire.Metadata{{Key: services.MetaService, Value: FloodToken.ID()}, {Key: services.MetaMember, Value: "events"}}
+	if err := conn.WriteAll(testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: 1, Name: services.NameSubscribe, Metadata: md}, nil), benchWait); err != nil {
+		b.Fatal(err)
+	}
+	f, err := conn.ReadFrame(benchWait)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var snap struct {
+		Seq uint64 `json:"seq"`
+	}
+	if f.Header.Kind != wire.KindResponse || json.Unmarshal(f.Payload, &snap) != nil {
+		b.Fatalf("subscribe: %v %s", f.Header.Kind, f.Payload)
+	}
+	return snap.Seq
 }

@@ -16,8 +16,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testdata/bench-run.txt is the output of go test -bench ./test/bench on the project's
 // machine (the second of docs/benchmarks.md's three runs, with the lines of the
-// alternated benchmarks and of Convergence30NodesLAN from runs after their change):
-// every benchmark benchreport reads, each goal met. The tests below change it as a
+// alternated benchmarks and of Convergence30NodesLAN from runs after their change, and
+// those of the plugin services' ServiceStateFanOut and ServiceEventsUntilBound from the
+// second of their own three runs): every benchmark benchreport reads, each goal met. The tests below change it as a
 // failing run would be.
 func canned(t *testing.T) string {
 	t.Helper()

@@ -1,5 +1,7 @@
-// Package fanout benchmarks topics: one publisher to many subscribers spread over three
-// nodes, against the same frames written to the same sockets from a plain loop.
+// Package fanout benchmarks fan-out to many STREAM clients spread over three nodes: a
+// topic's publisher to its subscribers, and a session worker's replicated state to
+// its presentations, each against the same payload written to the same sockets from a
+// plain loop.
 package fanout
 
 import (
@@ -83,7 +85,7 @@ func fanOut(b *testing.B, subscribers int) {
 	for i := 0; i < 3; i++ {
 		endpoints = append(endpoints, f.Node(i).Endpoints()[0])
 	}
-	rd := startReaders(b, endpoints, subscribers, "fanout")
+	rd := startReaders(b, endpoints, subscribers, modeTopic, "fanout")
 	defer rd.stop()
 	var subs []*session.Peer
 	mu.Lock()
@@ -159,10 +161,13 @@ type readers struct {
 
 const readerEnv = "MESHNODE_FANOUT_READERS"
 
-func startReaders(tb testing.TB, endpoints []string, n int, topicName string) *readers {
+// startReaders starts the subscribers' process: n connections spread over endpoints,
+// each subscribed to the topic arg (modeTopic) or attached to the session arg
+// (modeState, subscribed by subscribe).
+func startReaders(tb testing.TB, endpoints []string, n int, mode, arg string) *readers {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), readerEnv+"="+strings.Join(endpoints, ",")+";"+strconv.Itoa(n)+";"+topicName)
+	cmd.Env = append(os.Environ(), readerEnv+"="+strings.Join(endpoints, ",")+";"+strconv.Itoa(n)+";"+mode+";"+arg)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -193,6 +198,14 @@ func (r *readers) line() string {
 func (r *readers) send(cmd string) {
 	if _, err := io.WriteString(r.in, cmd+"\n"); err != nil {
 		r.tb.Fatalf("to the subscribers' process: %v", err)
+	}
+}
+
+// subscribe makes every connection subscribe (modeState) and returns once each is.
+func (r *readers) subscribe() {
+	r.send("subscribe")
+	if line := r.line(); line != "subscribed" {
+		r.tb.Fatalf("the subscribers' process: %q", line)
 	}
 }
 

@@ -2,7 +2,9 @@ package fanout
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,57 +17,107 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/internal/testkit"
+	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session/wire"
 )
 
+// Reader modes (the third field of the readers' spec).
+const (
+	// modeTopic: each connection subscribes to the topic the spec names; a delivery's
+	// payload starts with its publish time (8 bytes, big-endian unix nanos).
+	modeTopic = "topic"
+	// modeState: each connection attaches to the session the spec names, then, on the
+	// command subscribe, subscribes to its ticker's state; a delivery's payload is the
+	// JSON value {"t":unix nanos,...} (a state update or the baseline's plain Send).
+	modeState = "state"
+)
+
 // runReaders is the subscribers' process: it opens the connections the environment
-// names, subscribes each to the topic, says "ready", then reads what arrives and
-// answers the benchmark's commands on stdin (phase NAME, expect N, stats NAME, quit).
+// names (endpoints;count;mode;topic or session), subscribes each (modeTopic) or
+// attaches each (modeState), says "ready", then reads what arrives and answers the
+// benchmark's commands on stdin (subscribe, phase NAME, expect N, stats NAME, quit).
 func runReaders() int {
 	spec := strings.Split(os.Getenv(readerEnv), ";")
-	if len(spec) != 3 {
+	if len(spec) != 4 || (spec[2] != modeTopic && spec[2] != modeState) {
 		fmt.Fprintln(os.Stderr, "readers: bad spec", spec)
 		return 2
 	}
 	endpoints := strings.Split(spec[0], ",")
 	n, _ := strconv.Atoi(spec[1])
-	topicName := spec[2]
-	rs := &readerSet{arrived: make(chan struct{}, 1)}
+	mode, arg := spec[2], spec[3]
+	rs := &readerSet{arrived: make(chan struct{}, 1), stamp: topicStamp}
+	if mode == modeState {
+		rs.stamp = stateStamp
+	}
 	none := ""
 	rs.phase.Store(&none)
 	conns := make([]net.Conn, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 64)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			c, err := subscribe(strings.TrimPrefix(endpoints[i%len(endpoints)], "tcp://"), i, topicName)
-			if err != nil {
-				errs <- err
-				return
+	// each runs fn for every connection, 64 at a time, and reports the first error.
+	each := func(fn func(i int) error) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		sem := make(chan struct{}, 64)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := fn(i); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			return err
+		default:
+			return nil
+		}
+	}
+	quit := func() {
+		for _, c := range conns {
+			if c != nil {
+				_ = c.Close()
 			}
-			conns[i] = c
-		}()
+		}
 	}
-	wg.Wait()
-	select {
-	case err := <-errs:
+	err := each(func(i int) error {
+		addr := strings.TrimPrefix(endpoints[i%len(endpoints)], "tcp://")
+		var err error
+		if mode == modeTopic {
+			conns[i], err = subscribe(addr, i, arg)
+		} else {
+			conns[i], err = attach(addr, i, arg)
+		}
+		return err
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "readers:", err)
+		quit()
 		return 1
-	default:
 	}
-	for _, c := range conns {
-		go rs.read(c)
+	startReading := func() {
+		for _, c := range conns {
+			go rs.read(c)
+		}
+	}
+	if mode == modeTopic {
+		startReading()
 	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
 		switch cmd {
+		case "subscribe": // modeState: every connection subscribes to the ticker's state
+			if err := each(func(i int) error { return subscribeState(conns[i], i) }); err != nil {
+				fmt.Printf("error %v\n", err)
+				continue
+			}
+			startReading()
+			fmt.Println("subscribed")
 		case "phase":
 			rs.phase.Store(&arg)
 		case "expect":
@@ -85,20 +137,75 @@ func runReaders() int {
 			}
 			fmt.Printf("%d %d\n", s[len(s)/2], s[len(s)*99/100])
 		case "quit":
-			for _, c := range conns {
-				_ = c.Close()
-			}
+			quit()
 			return 0
 		}
 	}
+	quit()
 	return 0
 }
 
-// subscribe opens connection i (from one of fifty loopback addresses, so that source
-// ports do not run out) and subscribes it to topicName.
-func subscribe(addr string, i int, topicName string) (net.Conn, error) {
+// dial opens connection i from one of fifty loopback addresses, so that source ports
+// do not run out.
+func dial(addr string, i int) (net.Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%50))}}
-	c, err := d.Dial("tcp", addr)
+	return d.Dial("tcp", addr)
+}
+
+// request writes a Request and reads frames until its answer (pushes before it are
+// skipped); an Error answer is an error.
+func request(c net.Conn, seq uint64, name string, md wire.Metadata, payload []byte) (testkit.Frame, error) {
+	req := testkit.Encode(wire.Header{Kind: wire.KindRequest, Codec: wire.CodecJSON, RequestSeq: seq, Name: name, Metadata: md}, payload)
+	if _, err := c.Write(req); err != nil {
+		return testkit.Frame{}, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	for {
+		f, err := testkit.ReadFrameFrom(c)
+		if err != nil {
+			return f, err
+		}
+		if f.Header.RequestSeq != seq || (f.Header.Kind != wire.KindResponse && f.Header.Kind != wire.KindError) {
+			continue
+		}
+		if f.Header.Kind == wire.KindError {
+			return f, fmt.Errorf("%s: %s", name, f.Payload)
+		}
+		return f, nil
+	}
+}
+
+// attach opens connection i and attaches it to session (a $svc.call of the session
+// management's attach, as a presentation's host makes it).
+func attach(addr string, i int, session string) (net.Conn, error) {
+	c, err := dial(addr, i)
+	if err != nil {
+		return nil, err
+	}
+	args, _ := json.Marshal(services.AttachArgs{Session: session})
+	md := wire.Metadata{{Key: services.MetaService, Value: services.SessionManagementToken.ID()},
+		{Key: services.MetaMember, Value: "attach"}, {Key: services.MetaRequest, Value: "1"}}
+	if _, err := request(c, 1, services.NameCall, md, args); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("attach %d: %w", i, err)
+	}
+	return c, nil
+}
+
+// subscribeState subscribes connection i, attached, to its session's ticker state.
+func subscribeState(c net.Conn, i int) error {
+	md := wire.Metadata{{Key: services.MetaService, Value: TickerToken.ID()}, {Key: services.MetaMember, Value: "value"},
+		{Key: services.MetaScope, Value: services.ScopeSession}}
+	if _, err := request(c, 2, services.NameSubscribe, md, nil); err != nil {
+		return fmt.Errorf("subscribe %d: %w", i, err)
+	}
+	return nil
+}
+
+// subscribe opens connection i and subscribes it to topicName.
+func subscribe(addr string, i int, topicName string) (net.Conn, error) {
+	c, err := dial(addr, i)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +230,9 @@ type readerSet struct {
 	expected atomic.Int64
 	arrived  chan struct{}
 	phase    atomic.Pointer[string]
+	// stamp finds the send time in a delivery's payload (its first bytes, at most
+	// stampBytes of them); false: the frame is not a delivery.
+	stamp func(head []byte) (int64, bool)
 
 	mu      sync.Mutex
 	readers []*reader
@@ -134,8 +244,34 @@ type reader struct {
 	samples map[string][]int64
 }
 
+// stampBytes is how much of a payload stamp looks at.
+const stampBytes = 32
+
+// topicStamp: the publish time, the payload's first 8 bytes.
+func topicStamp(head []byte) (int64, bool) {
+	if len(head) < 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(head)), true
+}
+
+// stateStamp: the send time, the JSON value's "t" (the first member): {"t":N,...}.
+// The attachment notices and anything else are not deliveries.
+func stateStamp(head []byte) (int64, bool) {
+	rest, ok := bytes.CutPrefix(head, []byte(`{"t":`))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexByte(rest, ',')
+	if end < 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	return v, err == nil
+}
+
 // read reads frames as cheaply as it can: the prefix, then the header skipped, then the
-// payload's first 8 bytes (the publish time), the rest discarded.
+// payload's first bytes (the send time, found by stamp), the rest discarded.
 func (rs *readerSet) read(c net.Conn) {
 	rd := &reader{samples: map[string][]int64{}}
 	rs.mu.Lock()
@@ -151,21 +287,19 @@ func (rs *readerSet) read(c net.Conn) {
 		if _, err := br.Discard(hl); err != nil {
 			return
 		}
-		if pl < 8 {
-			if _, err := br.Discard(pl); err != nil {
-				return
-			}
-			continue
-		}
-		ts, err := br.Peek(8)
+		head, err := br.Peek(min(pl, stampBytes))
 		if err != nil {
 			return
 		}
-		now := time.Now().UnixNano()
-		lat := now - int64(binary.BigEndian.Uint64(ts))
+		sent, ok := rs.stamp(head)
 		if _, err := br.Discard(pl); err != nil {
 			return
 		}
+		if !ok {
+			continue
+		}
+		now := time.Now().UnixNano()
+		lat := now - sent
 		phase := *rs.phase.Load()
 		rd.mu.Lock()
 		rd.samples[phase] = append(rd.samples[phase], lat)
