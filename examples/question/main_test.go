@@ -154,7 +154,11 @@ func TestR40_QuestionWorkerReplacement(t *testing.T) {
 		if got := seen(rep, "P2", rep.ReplacedFirst); len(got) < 4 || !slices.Equal(got[:4], []string{"task#1", "shown#1", "dismissed#1", "task#2"}) {
 			t.Errorf("P2's record of %s (shown at the replacement): %v", rep.ReplacedFirst, got)
 		}
-		if got := seen(rep, "P2", other); len(got) < 3 || !slices.Equal(got[:3], []string{"task#1", "withdrawn#1", "task#2"}) {
+		// The queued one is withdrawn unseen, or, when the shown one's removal reached
+		// P2 before its own, shown in its place and then dismissed: the removals of a
+		// replacement arrive one by one. Either way generation 1 ends before 2 comes.
+		if got := seen(rep, "P2", other); !(len(got) >= 3 && slices.Equal(got[:3], []string{"task#1", "withdrawn#1", "task#2"})) &&
+			!(len(got) >= 4 && slices.Equal(got[:4], []string{"task#1", "shown#1", "dismissed#1", "task#2"})) {
 			t.Errorf("P2's record of %s (queued at the replacement): %v", other, got)
 		}
 		var se *services.Error
