@@ -151,6 +151,7 @@ type Attacher struct {
 	mirror  *mirror        // the sessions directory, as this node serves it
 
 	stats attacherCounters
+	host  atomic.Pointer[Host] // the server host it serves: its metrics count the drops
 }
 
 type attacherCounters struct {
@@ -236,6 +237,7 @@ func (a *Attacher) Facet() Facet {
 		env.host.mu.Lock()
 		env.host.att = a
 		env.host.mu.Unlock()
+		a.host.Store(env.host)
 		Provide(env, SessionManagementToken, &SessionManagement{
 			Create: Task(a.create), Remove: Task(a.remove), Attach: Task(a.attach), Detach: Task(a.detach),
 		})
@@ -888,7 +890,11 @@ func (a *Attacher) dropSubs(ps *presentation) {
 		return
 	}
 	why := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the presentation fell behind and its subscriptions were dropped; subscribe again"}}
+	h := a.host.Load()
 	for addr := range subs {
+		if h != nil {
+			h.stats.countDrop() // in the node's metrics, before the attacher's own figure
+		}
 		a.stats.dropped.Add(1)
 		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
 		a.unsubscribeAsync(r, addr)

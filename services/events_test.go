@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session/wire"
@@ -206,7 +209,10 @@ func TestR30_EventFlowControlIsBounded(t *testing.T) {
 		}
 	})
 	t.Run("session", func(t *testing.T) {
-		f := startSvcFleet(t, 2, nil)
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.MeterProvider = mp })
 		w := f.workerOn(t, 1, "flood-")
 		p := f.present(t, 0, "stream")
 		p.create(t, w)
@@ -219,6 +225,9 @@ func TestR30_EventFlowControlIsBounded(t *testing.T) {
 		eventually(t, "the silent presentation is dropped", func() bool {
 			return services.AttacherOf(f.Node(0).Services()).Stats().Dropped >= 1
 		})
+		if n := droppedSubs(t, reader); n != services.AttacherOf(f.Node(0).Services()).Stats().Dropped {
+			t.Fatalf("meshnode.services.subscriptions.dropped is %d, want the %d the attacher dropped", n, services.AttacherOf(f.Node(0).Services()).Stats().Dropped)
+		}
 		got := afterProbes(&good)
 		for i, n := range got {
 			if n != i+1 {
