@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -950,7 +949,7 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 		if routeBroken(err) {
 			a.broken(ps, r, err.Error())
 		}
-		if errors.Is(err, ErrStaleGeneration) && !strings.Contains(err.Error(), "instance") {
+		if ans != nil && ans.staleRoute() {
 			a.broken(ps, r, "the worker does not know the attachment")
 		}
 		return nil, workerError(err)
@@ -1103,7 +1102,7 @@ func (a *Attacher) send(ps *presentation, r *route, rid string, call Call, done 
 				return
 			}
 			if err := ans.err(); err != nil {
-				if ans.Code == CodeStaleGeneration {
+				if ans.staleRoute() {
 					a.broken(ps, r, "the worker does not know the attachment")
 				}
 				done(nil, err)
@@ -1158,7 +1157,7 @@ func (a *Attacher) catalogue(ctx context.Context, p *presenter) (json.RawMessage
 		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("the session worker answered %T", v)}
 	}
 	if err := ans.err(); err != nil {
-		if ans.Code == CodeStaleGeneration {
+		if ans.staleRoute() {
 			a.broken(ps, r, "the worker does not know the attachment")
 		}
 		return nil, err

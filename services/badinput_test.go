@@ -229,6 +229,7 @@ func TestBadInput_TheIssueList(t *testing.T) {
 			go func() { _, err := good.counter.Hold.Call(heldCtx, SayArgs{Text: "good-" + tr}); held <- err }()
 			waitStarted(t, f.hs, "good-"+tr)
 
+			reattaches := services.AttacherOf(f.Node(0).Services()).Stats().Reattaches
 			step := func(what, code string, n int64, do func() error) {
 				t.Helper()
 				before := failedCalls(t, reader)[code]
@@ -280,7 +281,11 @@ func TestBadInput_TheIssueList(t *testing.T) {
 			if err := at("shut", 1)(); err != nil {
 				t.Fatalf("the instance while open: %v", err)
 			}
+			// The good presentation's task of it started (its state hydrated) before it
+			// closes: a subscription racing the close would be refused, and counted, too.
+			eventually(t, "the good presentation's task of the instance", func() bool { return ts.has("start shut#1 closing") })
 			closeDialog(t, bad.dialogs, "shut")
+			eventually(t, "its task ends", func() bool { return ts.has("end shut#1") })
 			const flood = 200
 			before := failedCalls(t, reader)[services.CodeStaleGeneration]
 			errs := make(chan error, flood)
@@ -316,6 +321,9 @@ func TestBadInput_TheIssueList(t *testing.T) {
 				t.Fatal(err)
 			}
 			job2, h2 := ref2.Get(IndexJobToken), services.RefHandle(ref2)
+			// Its progress subscription is made before the release (one made after it
+			// would be refused, and counted, too).
+			eventually(t, "the second job's progress hydrates", func() bool { _, ok := job2.Progress.Value(); return ok })
 			ref2.Release()
 			// Its facade refuses at once (nothing is sent); a frame that still names it
 			// is refused by the server.
@@ -338,7 +346,11 @@ func TestBadInput_TheIssueList(t *testing.T) {
 				return err
 			})
 
-			// Nobody else was disturbed.
+			// Nobody else was disturbed, and the bad presentation's own route stands: a
+			// stale instance generation is not a stale attachment.
+			if n := services.AttacherOf(f.Node(0).Services()).Stats().Reattaches - reattaches; n != 0 {
+				t.Fatalf("the bad input broke routes: %d re-attaches", n)
+			}
 			if _, ended := f.hs.endedWith("good-" + tr); ended {
 				t.Fatal("the bad input ended the good presentation's call")
 			}
