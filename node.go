@@ -200,7 +200,7 @@ func (n *Node) startServices(ctx context.Context) error {
 	if n.attacher != nil {
 		facets = append(facets, n.attacher.Facet())
 	}
-	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}, facets...)
+	h, err := services.NewHost(ctx, services.HostOptions{Name: "server", Logger: cfg.Logger, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider}, facets...)
 	if err != nil {
 		n.stopAttacher()
 		return fmt.Errorf("meshnode: Config.Services: %w", err)

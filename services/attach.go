@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +150,7 @@ type Attacher struct {
 	mirror  *mirror        // the sessions directory, as this node serves it
 
 	stats attacherCounters
+	host  atomic.Pointer[Host] // the server host it serves: its metrics count the drops
 }
 
 type attacherCounters struct {
@@ -236,6 +236,7 @@ func (a *Attacher) Facet() Facet {
 		env.host.mu.Lock()
 		env.host.att = a
 		env.host.mu.Unlock()
+		a.host.Store(env.host)
 		Provide(env, SessionManagementToken, &SessionManagement{
 			Create: Task(a.create), Remove: Task(a.remove), Attach: Task(a.attach), Detach: Task(a.detach),
 		})
@@ -888,7 +889,11 @@ func (a *Attacher) dropSubs(ps *presentation) {
 		return
 	}
 	why := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the presentation fell behind and its subscriptions were dropped; subscribe again"}}
+	h := a.host.Load()
 	for addr := range subs {
+		if h != nil {
+			h.stats.countDrop() // in the node's metrics, before the attacher's own figure
+		}
 		a.stats.dropped.Add(1)
 		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
 		a.unsubscribeAsync(r, addr)
@@ -944,7 +949,7 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 		if routeBroken(err) {
 			a.broken(ps, r, err.Error())
 		}
-		if errors.Is(err, ErrStaleGeneration) && !strings.Contains(err.Error(), "instance") {
+		if ans != nil && ans.staleRoute() {
 			a.broken(ps, r, "the worker does not know the attachment")
 		}
 		return nil, workerError(err)
@@ -1097,7 +1102,7 @@ func (a *Attacher) send(ps *presentation, r *route, rid string, call Call, done 
 				return
 			}
 			if err := ans.err(); err != nil {
-				if ans.Code == CodeStaleGeneration {
+				if ans.staleRoute() {
 					a.broken(ps, r, "the worker does not know the attachment")
 				}
 				done(nil, err)
@@ -1152,7 +1157,7 @@ func (a *Attacher) catalogue(ctx context.Context, p *presenter) (json.RawMessage
 		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("the session worker answered %T", v)}
 	}
 	if err := ans.err(); err != nil {
-		if ans.Code == CodeStaleGeneration {
+		if ans.staleRoute() {
 			a.broken(ps, r, "the worker does not know the attachment")
 		}
 		return nil, err

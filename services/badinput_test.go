@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session/connector"
 	"github.com/meshnode/meshnode/session/wire"
@@ -172,5 +173,205 @@ func TestBadInput_InflightCallsPerClientAreBounded(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// droppedSubs reads meshnode.services.subscriptions.dropped.
+func droppedSubs(t *testing.T, r *sdkmetric.ManualReader) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "meshnode.services.subscriptions.dropped" {
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+// The issue's bad input, from a presentation on node 0 to a worker on node 1 over each
+// transport: a subscription to an unknown member (server and session scope), a stale
+// instance generation, a reference used by another client and after it was released,
+// a flood of calls at a closed instance, and an attach to a removed session. Each gets
+// its typed error with a stable code, is counted in the node's
+// meshnode.services.calls.failed (the node's MeterProvider), and disturbs nobody: a
+// good presentation of the same worker keeps its call in flight, its subscriptions,
+// its instance task and its attachment. (A subscriber that never reads: R30.)
+func TestBadInput_TheIssueList(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.MeterProvider = mp })
+	for _, tr := range presentationTransports {
+		t.Run(tr, func(t *testing.T) {
+			w := f.workerOn(t, 1, "bad-"+tr+"-")
+			var score seen
+			ts := newTasks()
+			good := f.present(t, 0, tr, func(p *presentation) {
+				p.board.Score.Subscribe(score.score)
+				services.Observe(p.env, DialogToken, ts.handler)
+			})
+			bad := f.present(t, 0, tr)
+			good.create(t, w)
+			good.attach(t, w)
+			bad.attach(t, w)
+			open(t, good.dialogs, "live", "stays")
+			eventually(t, "the good presentation's task", func() bool { return ts.has("start live#1 stays") })
+			held := make(chan error, 1)
+			heldCtx, endHeld := context.WithCancel(callCtx(t))
+			go func() { _, err := good.counter.Hold.Call(heldCtx, SayArgs{Text: "good-" + tr}); held <- err }()
+			waitStarted(t, f.hs, "good-"+tr)
+
+			reattaches := services.AttacherOf(f.Node(0).Services()).Stats().Reattaches
+			step := func(what, code string, n int64, do func() error) {
+				t.Helper()
+				before := failedCalls(t, reader)[code]
+				for i := int64(0); i < n; i++ {
+					var se *services.Error
+					if err := do(); !errors.As(err, &se) || se.Code != code {
+						t.Fatalf("%s: %v, want %s", what, err, code)
+					}
+				}
+				if got := failedCalls(t, reader)[code] - before; got != n {
+					t.Errorf("%s: counted %d times as %s, want %d", what, got, code, n)
+				}
+			}
+
+			// A subscription to an unknown member: over STREAM by hand (a facade or
+			// services.Watch refuses it before asking, from the catalogue).
+			if bad.stream != nil {
+				sub := func(md ...connector.CallOption) func() error {
+					return func() error {
+						_, err := bad.stream.RequestRaw(callCtx(t), services.NameSubscribe, wire.CodecJSON, nil, md...)
+						var re *connector.RemoteError
+						if errors.As(err, &re) {
+							return &services.Error{Code: re.Code, Message: re.Message}
+						}
+						return err
+					}
+				}
+				step("a server subscription to an unknown member", services.CodeUnknownMember, 1,
+					sub(withMeta(services.MetaService, "meshnode.session-directory"), withMeta(services.MetaMember, "nope")))
+				step("a session subscription to an unknown member", services.CodeUnknownMember, 1,
+					sub(withMeta(services.MetaService, "test.board"), withMeta(services.MetaMember, "nope"), withMeta(services.MetaScope, services.ScopeSession)))
+			} else {
+				_, _, err := services.Watch(callCtx(t), bad.session, "test.board", "nope", func(services.Delivery, json.RawMessage) {}, nil)
+				if !errors.Is(err, services.ErrUnknownMember) {
+					t.Fatalf("watching an unknown member: %v, want unknown_member", err)
+				}
+			}
+
+			// A stale instance generation, and a flood of calls at a closed instance.
+			answer, _ := json.Marshal(AnswerArgs{Choice: "x"})
+			at := func(key string, gen uint64) func() error {
+				return func() error {
+					_, err := bad.session.Call(callCtx(t), services.Call{Service: "test.dialog", Key: key, Generation: gen, Member: "answer", Args: answer})
+					return err
+				}
+			}
+			step("a call naming a generation never given", services.CodeStaleGeneration, 1, at("live", 7))
+			open(t, bad.dialogs, "shut", "closing")
+			if err := at("shut", 1)(); err != nil {
+				t.Fatalf("the instance while open: %v", err)
+			}
+			// The good presentation's task of it started (its state hydrated) before it
+			// closes: a subscription racing the close would be refused, and counted, too.
+			eventually(t, "the good presentation's task of the instance", func() bool { return ts.has("start shut#1 closing") })
+			closeDialog(t, bad.dialogs, "shut")
+			eventually(t, "its task ends", func() bool { return ts.has("end shut#1") })
+			const flood = 200
+			before := failedCalls(t, reader)[services.CodeStaleGeneration]
+			errs := make(chan error, flood)
+			for range flood {
+				go func() { errs <- at("shut", 1)() }()
+			}
+			for range flood {
+				if err := <-errs; !errors.Is(err, services.ErrStaleGeneration) {
+					t.Fatalf("a call of the flood at the closed instance: %v, want stale_generation", err)
+				}
+			}
+			if got := failedCalls(t, reader)[services.CodeStaleGeneration] - before; got != flood {
+				t.Errorf("the flood: counted %d times, want %d", got, flood)
+			}
+
+			// A reference used by another client, and after it was released.
+			ref, err := good.index.Start.Call(callCtx(t), StartArgs{Steps: 1 << 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := ref.Get(IndexJobToken)
+			h := services.RefHandle(ref)
+			if h == "" {
+				t.Fatal("a reference from a worker has no handle")
+			}
+			step("another client's reference", services.CodeStaleReference, 1, func() error {
+				_, err := bad.session.Call(callCtx(t), services.Call{Service: "test.index-job", Ref: h, Member: "cancel"})
+				return err
+			})
+			eventually(t, "the job goes on", func() bool { v, ok := job.Progress.Value(); return ok && v > 3 })
+			ref2, err := bad.index.Start.Call(callCtx(t), StartArgs{Steps: 1 << 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job2, h2 := ref2.Get(IndexJobToken), services.RefHandle(ref2)
+			// Its progress subscription is made before the release (one made after it
+			// would be refused, and counted, too).
+			eventually(t, "the second job's progress hydrates", func() bool { _, ok := job2.Progress.Value(); return ok })
+			ref2.Release()
+			// Its facade refuses at once (nothing is sent); a frame that still names it
+			// is refused by the server.
+			if _, err := job2.Cancel.Call(callCtx(t), struct{}{}); !errors.Is(err, services.ErrStaleReference) {
+				t.Fatalf("a released reference's facade: %v, want stale_reference", err)
+			}
+			step("a reference after its release", services.CodeStaleReference, 1, func() error {
+				_, err := bad.session.Call(callCtx(t), services.Call{Service: "test.index-job", Ref: h2, Member: "cancel"})
+				return err
+			})
+
+			// An attach to a removed session.
+			gone := "gone-" + tr
+			bad.create(t, gone)
+			if _, err := bad.mgmt.Remove.Call(callCtx(t), services.SessionRef{Session: gone}); err != nil {
+				t.Fatal(err)
+			}
+			step("an attach to a removed session", services.CodeUnknownSession, 1, func() error {
+				_, err := bad.mgmt.Attach.Call(callCtx(t), services.AttachArgs{Session: gone})
+				return err
+			})
+
+			// Nobody else was disturbed, and the bad presentation's own route stands: a
+			// stale instance generation is not a stale attachment.
+			if n := services.AttacherOf(f.Node(0).Services()).Stats().Reattaches - reattaches; n != 0 {
+				t.Fatalf("the bad input broke routes: %d re-attaches", n)
+			}
+			if _, ended := f.hs.endedWith("good-" + tr); ended {
+				t.Fatal("the bad input ended the good presentation's call")
+			}
+			if got := ts.running(); len(got) != 1 || got[0] != "live#1" {
+				t.Fatalf("the good presentation's tasks: %v, want live#1 still running", got)
+			}
+			if _, err := job.Cancel.Call(callCtx(t), struct{}{}); err != nil {
+				t.Fatalf("the good presentation's reference: %v", err)
+			}
+			if _, err := good.board.Set.Call(callCtx(t), Score{N: 42}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the good presentation's subscription goes on", func() bool { return score.last() == 42 })
+			if v, err := good.counter.Who.Call(callCtx(t), struct{}{}); err != nil || v.Client != good.id {
+				t.Fatalf("the good presentation's attachment: %+v %v", v, err)
+			}
+			// Its call in flight was still running: it ends when its caller ends it.
+			endHeld()
+			if err := <-held; !errors.Is(err, services.ErrCancelled) {
+				t.Fatalf("the good presentation's call in flight: %v, want it cancelled by its caller only", err)
+			}
+		})
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/services"
 )
 
@@ -68,15 +71,22 @@ func TestSessionDirectory_FollowsSessionsAcrossTheFleet(t *testing.T) {
 	p := f.present(t, 0, "stream")
 	_, watch := f.watchDirectory(t, 2, "loopback")
 	q := f.present(t, 2, "stream")
+	// Events are never replayed: the watcher hears what is created once its
+	// subscription is active, which a probe session shows.
+	probes := 0
+	eventually(t, "the watcher's events subscription is active", func() bool {
+		probes++
+		id := "dirprobe-" + strconv.Itoa(probes)
+		p.create(t, id)
+		return testkit.Within(200*time.Millisecond, func() bool { return watch.sawEvent("created", id) })
+	})
 	p.create(t, w)
 	node1 := f.Node(1).ID().RID
 	eventually(t, "the directory on node 2 shows the session active on node 1", func() bool {
 		s, ok := watch.summary(w)
 		return ok && s.Status == services.StatusActive && s.Node == node1 && len(s.Attached) == 0
 	})
-	if !watch.sawEvent("created", w) {
-		t.Error("no created event")
-	}
+	eventually(t, "the created event", func() bool { return watch.sawEvent("created", w) })
 	p.attach(t, w)
 	q.attach(t, w)
 	eventually(t, "both presentations are attached", func() bool {

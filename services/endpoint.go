@@ -508,7 +508,13 @@ func (s loopbackSession) Call(ctx context.Context, call Call) (json.RawMessage, 
 		err error
 	}
 	done := make(chan result, 1)
-	att.call(s.l.pr, rid, call, func(raw json.RawMessage, err error) { done <- result{raw, err} })
+	att.call(s.l.pr, rid, call, func(raw json.RawMessage, err error) {
+		if err != nil {
+			// Counted at the presentation's server, as a STREAM presentation's are.
+			s.l.h.stats.served(call.Service, call.Member, s.l.pr.id, wireError(err))
+		}
+		done <- result{raw, err}
+	})
 	select {
 	case r := <-done:
 		return r.raw, r.err

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/services"
 	"github.com/meshnode/meshnode/session/wire"
@@ -205,8 +209,70 @@ func TestR30_EventFlowControlIsBounded(t *testing.T) {
 			}
 		}
 	})
+	t.Run("loopback", func(t *testing.T) {
+		// In process the bound is the consumer's replica: a listener that never returns
+		// holds its replica's queue (1,024 calls); what comes past it is dropped, and the
+		// listener sees the jump in the sequence once it goes on.
+		provider := newHost(t, "provider", nil, boardFacet("provider", 0))
+		consumer := func(setup func(b *Board)) *Board {
+			l := services.NewLoopback(provider, services.Client{ID: "loop-" + t.Name()})
+			t.Cleanup(l.Close)
+			var b *Board
+			newHost(t, "consumer", []services.Connection{l}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+				b = services.Use(env, BoardToken)
+				setup(b)
+			}})
+			return b
+		}
+		var stuck, good seen
+		unblock := make(chan struct{})
+		var once sync.Once
+		t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+		sb := consumer(func(b *Board) {
+			b.Moves.Subscribe(func(ctx context.Context, m Move) {
+				stuck.move(ctx, m)
+				<-unblock
+			})
+		})
+		gb := consumer(func(b *Board) { b.Moves.Subscribe(good.move) })
+		activeEvents(t, sb, &stuck) // its listener is now held in its first call
+		activeEvents(t, gb, &good)
+		const n = 3000
+		emitKeepingUp(t, gb, &good, n, 1024) // batches of 512: within a replica's queue
+		once.Do(func() { close(unblock) })
+		got := afterProbes(&good)
+		if len(got) != n {
+			t.Fatalf("the good subscriber heard %d events, want %d", len(got), n)
+		}
+		for i, v := range got {
+			if v != i+1 {
+				t.Fatalf("the good subscriber heard %d as event %d", v, i+1)
+			}
+		}
+		// What was emitted past its bound is gone; what is emitted now reaches it.
+		if _, err := gb.Emit.Call(callCtx(t), BurstArgs{From: n + 1, Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the stuck listener drains its queue and hears the next event", func() bool { return stuck.last() == n+1 })
+		heard := afterProbes(&stuck)
+		if len(heard) > 1025 {
+			t.Fatalf("the stuck listener heard %d of %d events: its queue is not bounded", len(heard), n)
+		}
+		stuck.mu.Lock()
+		jump := false
+		for i := 1; i < len(stuck.seqs); i++ {
+			jump = jump || stuck.seqs[i] > stuck.seqs[i-1]+1
+		}
+		stuck.mu.Unlock()
+		if !jump {
+			t.Fatal("the stuck listener sees no jump in the sequence where events were dropped")
+		}
+	})
 	t.Run("session", func(t *testing.T) {
-		f := startSvcFleet(t, 2, nil)
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.MeterProvider = mp })
 		w := f.workerOn(t, 1, "flood-")
 		p := f.present(t, 0, "stream")
 		p.create(t, w)
@@ -219,6 +285,9 @@ func TestR30_EventFlowControlIsBounded(t *testing.T) {
 		eventually(t, "the silent presentation is dropped", func() bool {
 			return services.AttacherOf(f.Node(0).Services()).Stats().Dropped >= 1
 		})
+		if n := droppedSubs(t, reader); n != services.AttacherOf(f.Node(0).Services()).Stats().Dropped {
+			t.Fatalf("meshnode.services.subscriptions.dropped is %d, want the %d the attacher dropped", n, services.AttacherOf(f.Node(0).Services()).Stats().Dropped)
+		}
 		got := afterProbes(&good)
 		for i, n := range got {
 			if n != i+1 {

@@ -115,8 +115,13 @@ func (f *facade) bindRemote(c Connection) {
 // retire makes an instance facade stale for ever (its instance is gone from the
 // directory the facade came from).
 func (f *facade) retire() {
-	f.unbind()
+	// Stale first: a call between the two must not find it unavailable.
 	f.st.Store(uint32(stateStale))
+	for _, m := range f.members {
+		if m.replica != nil {
+			m.replica.bind(nil)
+		}
+	}
 }
 
 func (f *facade) unbind() {

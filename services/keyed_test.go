@@ -51,7 +51,8 @@ func TestR32_ReconciliationIsOrdered(t *testing.T) {
 			closeDialog(t, rig.admin, "k")
 			open(t, rig.admin, "k", "three")
 			eventually(t, "the observer reaches the last directory", func() bool {
-				return slices.Equal(ts.running(), []string{"k#" + last(ts, "k"), "z#1"}) && ts.has("start z#1 zed")
+				k := "k#" + last(ts, "k")
+				return slices.Equal(ts.running(), []string{k, "z#1"}) && ts.has("start z#1 zed") && ts.has("start "+k+" three")
 			})
 			// Whatever intermediate directories it saw, each task of k ended before the
 			// next started, and k's texts came in order.

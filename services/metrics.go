@@ -70,10 +70,15 @@ var okCode = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribu
 
 // dropped counts a subscription dropped for flow control, and logs it once per interval.
 func (m *callMetrics) dropped(a subAddr, client string) {
-	m.dropCount.Add(1)
-	m.drops.Add(context.Background(), 1)
+	m.countDrop()
 	m.rl.Log(m.log, slog.LevelWarn, "subscriber_dropped", "services: a subscriber fell behind and its subscription was dropped",
 		"member", a.String(), "client", client)
+}
+
+// countDrop counts a subscription dropped for flow control (the caller logs it).
+func (m *callMetrics) countDrop() {
+	m.dropCount.Add(1)
+	m.drops.Add(context.Background(), 1)
 }
 
 // served records the outcome of one call of service.member from client.

@@ -117,6 +117,12 @@ type svcFleet struct {
 // management) served on its STREAM endpoint, and the worker kind.
 func startSvcFleet(t *testing.T, n int, authorize services.Authorize) *svcFleet {
 	t.Helper()
+	return startSvcFleetWith(t, n, authorize, nil)
+}
+
+// startSvcFleetWith is startSvcFleet with more configuration of node i (nil: none).
+func startSvcFleetWith(t *testing.T, n int, authorize services.Authorize, more func(i int, cfg *meshnode.Config)) *svcFleet {
+	t.Helper()
 	f := &svcFleet{hs: newHolds(), clients: &clientLog{attached: map[string]int{}, detached: map[string]int{}}}
 	f.Cluster = meshtest.Start(t, n, meshtest.Options{Config: func(i int, cfg *meshnode.Config) {
 		cfg.Streams = []string{"tcp://127.0.0.1:0"}
@@ -129,6 +135,9 @@ func startSvcFleet(t *testing.T, n int, authorize services.Authorize) *svcFleet 
 		}
 		cfg.Services = func(node *meshnode.Node) []services.Facet { return []services.Facet{nodeInfoFacet(node)} }
 		cfg.ServiceWorker = &meshnode.ServiceWorker{Kind: "worker", Facets: []services.Facet{counterFacet(f.hs, f.clients), boardFacet("worker", 0), dialogOwner("worker", f.hs), indexFacet()}, Authorize: authorize}
+		if more != nil {
+			more(i, cfg)
+		}
 	}})
 	t.Cleanup(func() { closeOnce(f.hs.release) })
 	return f

@@ -35,30 +35,36 @@ func TestR20_ColdReplicatedState(t *testing.T) {
 			}
 		})
 	}
-	t.Run("session", func(t *testing.T) {
-		f := startSvcFleet(t, 2, nil)
-		w := f.workerOn(t, 1, "cold-")
-		var cold seen
-		p := f.present(t, 0, "stream", func(p *presentation) { p.board.Score.Subscribe(cold.score) })
-		p.create(t, w)
-		if _, ok := p.board.Score.Value(); ok {
-			t.Fatal("a session state had a value before any attach")
-		}
-		if n := services.AttacherOf(f.Node(0).Services()).Stats().Subscriptions; n != 0 {
-			t.Fatalf("%d session subscriptions on the wire before any attach", n)
-		}
-		if cold.len() != 0 {
-			t.Fatal("a listener of a cold replica was called")
-		}
-		p.attach(t, w)
-		cold.waitLen(t, 1, "the recorded listener gets the hydrated value")
-		if v, kind, _, _ := cold.at(0); v != 0 || kind != services.DeliveryHydration {
-			t.Fatalf("first call: %d %v", v, kind)
-		}
-		if v, ok := p.board.Score.Value(); !ok || v.N != 0 {
-			t.Fatalf("after attach: %+v %v", v, ok)
-		}
-	})
+	for _, tr := range presentationTransports {
+		t.Run("session-"+tr, func(t *testing.T) { coldSessionState(t, tr) })
+	}
+}
+
+// coldSessionState: a presentation's session replica, on node 0 over tr, of a worker on
+// node 1, is cold until the attach.
+func coldSessionState(t *testing.T, tr string) {
+	f := startSvcFleet(t, 2, nil)
+	w := f.workerOn(t, 1, "cold-")
+	var cold seen
+	p := f.present(t, 0, tr, func(p *presentation) { p.board.Score.Subscribe(cold.score) })
+	p.create(t, w)
+	if _, ok := p.board.Score.Value(); ok {
+		t.Fatal("a session state had a value before any attach")
+	}
+	if n := services.AttacherOf(f.Node(0).Services()).Stats().Subscriptions; n != 0 {
+		t.Fatalf("%d session subscriptions on the wire before any attach", n)
+	}
+	if cold.len() != 0 {
+		t.Fatal("a listener of a cold replica was called")
+	}
+	p.attach(t, w)
+	cold.waitLen(t, 1, "the recorded listener gets the hydrated value")
+	if v, kind, _, _ := cold.at(0); v != 0 || kind != services.DeliveryHydration {
+		t.Fatalf("first call: %d %v", v, kind)
+	}
+	if v, ok := p.board.Score.Value(); !ok || v.N != 0 {
+		t.Fatalf("after attach: %+v %v", v, ok)
+	}
 }
 
 // R21: a hydrated replica reads synchronously, and a new listener gets the current

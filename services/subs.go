@@ -425,10 +425,3 @@ func (cs *clientSubs) setAttachment(n attachmentNotice) {
 		}
 	}
 }
-
-// attachment returns the session scope's attachment as last told.
-func (cs *clientSubs) attachment() attachmentNotice {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return cs.att
-}

@@ -255,8 +255,18 @@ func (w *worker) stopping(ctx *actor.Context, moved bool) {
 	}
 }
 
+// staleAttachmentMessage tells a worker's refusal of an attachment it does not know (the
+// route is stale: the presentation's server attaches again) from a stale_generation of
+// the call itself (a closed keyed instance: the caller's bad input, the route stands).
+const staleAttachmentMessage = "the session worker does not know this attachment (it was replaced or detached)"
+
 func staleAttachment() *answer {
-	return &answer{Code: CodeStaleGeneration, Message: "the session worker does not know this attachment (it was replaced or detached)"}
+	return &answer{Code: CodeStaleGeneration, Message: staleAttachmentMessage}
+}
+
+// staleRoute reports whether a is a worker's refusal of an attachment it does not know.
+func (a *answer) staleRoute() bool {
+	return a.Code == CodeStaleGeneration && a.Message == staleAttachmentMessage
 }
 
 func (w *worker) attach(ctx *actor.Context, m *workerAttach) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,22 +27,32 @@ func build() buildinfo.Info { return buildinfo.Read(version, revision) }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		var ce *callFailed
-		if errors.As(err, &ce) {
-			fmt.Fprintln(os.Stderr, ce.Error())
-			os.Exit(1)
-		}
-		var bf *benchFailed
-		if errors.As(err, &bf) {
-			fmt.Fprintln(os.Stderr, "meshnode:", bf.Error())
-			os.Exit(1)
-		}
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "meshnode:", err)
-		}
-		os.Exit(2)
+	if code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr); code != 0 {
+		os.Exit(code)
 	}
+}
+
+// exitCode is the process's exit status for run's error, whose text it writes to
+// stderr: 0 for none; 1 for a failed service call or watch ("code: message") or a
+// failed benchmark; 2 for anything else (usage: the flag package already said what).
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ce *callFailed
+	if errors.As(err, &ce) {
+		fmt.Fprintln(stderr, ce.Error())
+		return 1
+	}
+	var bf *benchFailed
+	if errors.As(err, &bf) {
+		fmt.Fprintln(stderr, "meshnode:", bf.Error())
+		return 1
+	}
+	if !errors.Is(err, errUsage) {
+		fmt.Fprintln(stderr, "meshnode:", err)
+	}
+	return 2
 }
 
 // errUsage means the flag package already printed what was wrong.

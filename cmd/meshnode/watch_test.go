@@ -126,8 +126,28 @@ func TestBinaryWatch(t *testing.T) {
 	} {
 		_, done := watch(strings.Fields(args)...)
 		var cf *callFailed
-		if err := ended(done); !errors.As(err, &cf) || cf.code != code {
+		err := ended(done)
+		if !errors.As(err, &cf) || cf.code != code {
 			t.Errorf("watch %s: %v, want %s", args, err, code)
+			continue
 		}
+		// The process prints "code: message" on stderr and exits 1.
+		var stderr bytes.Buffer
+		if status := exitCode(err, &stderr); status != 1 || !strings.HasPrefix(stderr.String(), code+": ") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("watch %s: exit %d, stderr %q; want 1 and \"%s: message\"", args, status, stderr.String(), code)
+		}
+	}
+	// At SIGINT (the end of run's context) a watch with no --count exits 0.
+	ctx, interrupt := context.WithCancel(context.Background())
+	out := &lineWriter{lines: make(chan string, 64)}
+	sdone := make(chan error, 1)
+	go func() {
+		sdone <- run(ctx, []string{"watch", "--stream", addrs["tcp"], "--attach", "w-1", "counter.value"}, out, &bytes.Buffer{})
+	}()
+	next(out.lines)
+	interrupt()
+	var stderr bytes.Buffer
+	if err := ended(sdone); exitCode(err, &stderr) != 0 || stderr.Len() != 0 {
+		t.Fatalf("watch at SIGINT: %v (stderr %q), want exit 0", err, stderr.String())
 	}
 }
