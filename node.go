@@ -179,7 +179,7 @@ func (n *Node) Topics() *topic.Hub { return n.topics }
 func (n *Node) startServices(ctx context.Context) error {
 	cfg := n.cfg
 	if w := cfg.ServiceWorker; w != nil {
-		kind := services.WorkerKind(w.Kind, services.WorkerOptions{Server: n.Services, HostOptions: services.HostOptions{Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}}, w.Facets...)
+		kind := services.WorkerKind(w.Kind, services.WorkerOptions{Server: n.Services, HostOptions: services.HostOptions{Logger: cfg.Logger, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider}}, w.Facets...)
 		if err := n.actors.Register(kind); err != nil {
 			return fmt.Errorf("meshnode: Config.ServiceWorker: %w", err)
 		}

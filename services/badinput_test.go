@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -17,8 +18,15 @@ import (
 	"github.com/meshnode/meshnode/session/wire"
 )
 
-// failedCalls reads meshnode.services.calls.failed by code.
+// failedCalls reads meshnode.services.calls.failed by code, as the server hosts
+// counted them (where a client's calls come in).
 func failedCalls(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	return callsOf(t, r, "meshnode.services.calls.failed", "server")
+}
+
+// callsOf reads a call counter of the hosts of one role ("server", "worker") by code.
+func callsOf(t *testing.T, r *sdkmetric.ManualReader, name, role string) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
@@ -27,10 +35,13 @@ func failedCalls(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "meshnode.services.calls.failed" {
+			if m.Name != name {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if host, _ := dp.Attributes.Value(attribute.Key("host")); host.AsString() != role {
+					continue
+				}
 				code, _ := dp.Attributes.Value(attribute.Key("code"))
 				out[code.AsString()] += dp.Value
 			}
@@ -373,5 +384,37 @@ func TestBadInput_TheIssueList(t *testing.T) {
 				t.Fatalf("the good presentation's call in flight: %v, want it cancelled by its caller only", err)
 			}
 		})
+	}
+}
+
+// The session workers of a node count the calls they serve in the node's
+// MeterProvider (host="worker"), all workers in one set of series: a call a
+// presentation makes is counted where it comes in (host="server", on the
+// presentation's node) and where it runs.
+func TestWorkerHostsCountInTheNodesMeterProvider(t *testing.T) {
+	readers := []*sdkmetric.ManualReader{sdkmetric.NewManualReader(), sdkmetric.NewManualReader()}
+	mps := make([]*sdkmetric.MeterProvider, len(readers))
+	for i, r := range readers {
+		mps[i] = sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+		mp := mps[i]
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	}
+	f := startSvcFleetWith(t, 2, nil, func(i int, cfg *meshnode.Config) { cfg.MeterProvider = mps[i] })
+	for k := range 2 { // two workers of one kind: one set of series
+		w := f.workerOn(t, 1, fmt.Sprintf("metered-%d-", k))
+		p := f.present(t, 0, "stream")
+		p.create(t, w)
+		p.attach(t, w)
+		for range 3 {
+			if _, err := p.counter.Add.Call(callCtx(t), AddArgs{N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := callsOf(t, readers[1], "meshnode.services.calls", "worker")["ok"]; got != 6 {
+		t.Errorf("the workers counted %d calls served, want 6", got)
+	}
+	if got := callsOf(t, readers[0], "meshnode.services.calls", "worker")["ok"]; got != 0 {
+		t.Errorf("node 0, with no worker, counted %d worker calls", got)
 	}
 }

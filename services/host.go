@@ -34,12 +34,17 @@ type HostOptions struct {
 	// provider: no spans, no trace context sent or read, as for the STREAM host and the
 	// connector.
 	TracerProvider trace.TracerProvider
-	// MeterProvider receives the call counters (nil: otel's global).
+	// MeterProvider receives the call counters (nil: otel's global). The hosts of a
+	// node's session workers share one set of instruments (WorkerKind).
 	MeterProvider metric.MeterProvider
 	// OnFailure is the host's failure policy for what fails outside any call: an
 	// observer task that returned an error other than its context's end. nil: the
 	// failure is logged at ERROR, and the rest of the host goes on.
 	OnFailure func(facet string, err error)
+
+	// metrics, when set, are the instruments this host counts into (WorkerKind's,
+	// shared by every worker of the kind) instead of its own.
+	metrics *callMetrics
 
 	// beforeActivate runs after assembly, before the facets activate (a moved
 	// worker's values are restored there).
@@ -107,7 +112,9 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 		conns:    opts.Connections,
 		onFail:   opts.OnFailure,
 	}
-	h.stats = newCallMetrics(opts.MeterProvider, h.log)
+	if h.stats = opts.metrics; h.stats == nil {
+		h.stats = newCallMetrics(opts.MeterProvider, "server", h.log)
+	}
 	h.system = sharedSystem()
 	seen := map[string]bool{}
 	for _, f := range facets {

@@ -24,6 +24,11 @@ type callMetrics struct {
 	dropCount     atomic.Int64
 	log           *slog.Logger
 	rl            ratelog.Limiter
+	// role is the host attribute; okCode and roleOnly the option lists of a call
+	// answered with a result and of a drop, built once (a variadic list built per call
+	// escapes to the heap).
+	role             attribute.KeyValue
+	okCode, roleOnly []metric.AddOption
 }
 
 // knownCodes are the service layer's own codes (metric attribute values as they are).
@@ -42,31 +47,33 @@ var badInput = map[string]bool{
 	CodeUnknownSession: true, CodeSessionExists: true, CodeStaleReference: true,
 }
 
-func newCallMetrics(mp metric.MeterProvider, log *slog.Logger) *callMetrics {
+// newCallMetrics makes the instruments of the hosts of one role ("server", or "worker"
+// for every session worker of a node, which share one set): each series carries the
+// role as its host attribute.
+func newCallMetrics(mp metric.MeterProvider, role string, log *slog.Logger) *callMetrics {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter("github.com/meshnode/meshnode/services")
-	cm := &callMetrics{log: log}
-	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by outcome code (ok for a result)"))
-	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by code"))
-	cm.drops, _ = m.Int64Counter("meshnode.services.subscriptions.dropped", metric.WithDescription("subscriptions dropped because their subscriber could not keep up (flow_control)"))
-	_, _ = m.Int64ObservableGauge("meshnode.services.subscriptions", metric.WithDescription("state, events and directory subscriptions clients hold"),
+	cm := &callMetrics{log: log, role: attribute.String("host", role)}
+	cm.okCode = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(cm.role, attribute.String("code", "ok")))}
+	cm.roleOnly = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(cm.role))}
+	observeRole := metric.WithAttributeSet(attribute.NewSet(cm.role))
+	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by host (server or worker) and outcome code (ok for a result)"))
+	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by host and code"))
+	cm.drops, _ = m.Int64Counter("meshnode.services.subscriptions.dropped", metric.WithDescription("subscriptions dropped because their subscriber could not keep up (flow_control), by host"))
+	_, _ = m.Int64ObservableGauge("meshnode.services.subscriptions", metric.WithDescription("state, events and directory subscriptions clients hold, by host"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(cm.subscriptions.Load())
+			o.Observe(cm.subscriptions.Load(), observeRole)
 			return nil
 		}))
-	_, _ = m.Int64ObservableGauge("meshnode.services.calls.inflight", metric.WithDescription("service calls admitted and not yet answered"),
+	_, _ = m.Int64ObservableGauge("meshnode.services.calls.inflight", metric.WithDescription("service calls admitted and not yet answered, by host"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(cm.inflight.Load())
+			o.Observe(cm.inflight.Load(), observeRole)
 			return nil
 		}))
 	return cm
 }
-
-// okCode is the option list of a call answered with a result, built once (a variadic
-// list built per call escapes to the heap).
-var okCode = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("code", "ok")))}
 
 // dropped counts a subscription dropped for flow control, and logs it once per interval.
 func (m *callMetrics) dropped(a subAddr, client string) {
@@ -78,20 +85,20 @@ func (m *callMetrics) dropped(a subAddr, client string) {
 // countDrop counts a subscription dropped for flow control (the caller logs it).
 func (m *callMetrics) countDrop() {
 	m.dropCount.Add(1)
-	m.drops.Add(context.Background(), 1)
+	m.drops.Add(context.Background(), 1, m.roleOnly...)
 }
 
 // served records the outcome of one call of service.member from client.
 func (m *callMetrics) served(service, member, client string, err *Error) {
 	if err == nil {
-		m.calls.Add(context.Background(), 1, okCode...) // the per-call path: no allocation
+		m.calls.Add(context.Background(), 1, m.okCode...) // the per-call path: no allocation
 		return
 	}
 	code := err.Code
 	if !knownCodes[code] {
 		code = "application"
 	}
-	attrs := metric.WithAttributes(attribute.String("code", code))
+	attrs := metric.WithAttributes(m.role, attribute.String("code", code))
 	m.calls.Add(context.Background(), 1, attrs)
 	m.failed.Add(context.Background(), 1, attrs)
 	if badInput[err.Code] {

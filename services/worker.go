@@ -39,6 +39,13 @@ const MaxClientsPerWorker = 4096
 // with presentations attached subscribes to once. It holds itself active while
 // presentations are attached.
 func WorkerKind(name string, opts WorkerOptions, facets ...Facet) actor.Kind {
+	// One set of instruments for every worker of the kind: a set per activation would
+	// register a callback per worker with the provider, never removed.
+	log := opts.HostOptions.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	opts.HostOptions.metrics = newCallMetrics(opts.HostOptions.MeterProvider, "worker", log.With("services_host", "worker"))
 	return actor.Kind{Name: name, New: func() actor.Actor { return &worker{opts: opts, facets: facets} }}
 }
 
