@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"strconv"
 	"testing"
 
@@ -417,4 +418,26 @@ func TestWorkerHostsCountInTheNodesMeterProvider(t *testing.T) {
 	if got := callsOf(t, readers[0], "meshnode.services.calls", "worker")["ok"]; got != 0 {
 		t.Errorf("node 0, with no worker, counted %d worker calls", got)
 	}
+}
+
+// Bad input: one client cannot take the whole sessions directory. Past its bound of
+// sessions created and not removed, its create fails unavailable, naming the session
+// and the bound; another client creates as before, and a removal makes room again.
+func TestBadInput_SessionsPerCreatorAreBounded(t *testing.T) {
+	t.Cleanup(services.SetSessionsPerOwner(3))
+	f := startSvcFleet(t, 2, nil)
+	greedy, other := f.present(t, 0, "stream"), f.present(t, 1, "stream")
+	for i := range 3 {
+		greedy.create(t, fmt.Sprintf("greedy-%d", i))
+	}
+	_, err := greedy.mgmt.Create.Call(callCtx(t), services.CreateArgs{Session: "greedy-3"})
+	var se *services.Error
+	if !errors.As(err, &se) || se.Code != services.CodeUnavailable || !strings.Contains(se.Message, "greedy-3") || !strings.Contains(se.Message, "3 sessions") {
+		t.Fatalf("a create past the bound: %v, want unavailable naming the session and the bound", err)
+	}
+	other.create(t, "other-0")
+	if _, err := greedy.mgmt.Remove.Call(callCtx(t), services.SessionRef{Session: "greedy-0"}); err != nil {
+		t.Fatal(err)
+	}
+	greedy.create(t, "greedy-3")
 }

@@ -44,6 +44,15 @@ const (
 // maxSessions bounds the directory's records: a create past it is refused.
 const maxSessions = 100_000
 
+// MaxSessionsPerOwner bounds the sessions one client identity has created and not
+// removed, so that one client cannot take the whole directory (maxSessions) from the
+// others. An identity an application does not authenticate changes with each
+// connection: ServiceWorker.Authorize is what stops a client that reconnects.
+const MaxSessionsPerOwner = 1_000
+
+// sessionsPerOwner is the bound in force (tests lower it).
+var sessionsPerOwner = MaxSessionsPerOwner
+
 // NewDirectoryKind returns the directory's Actor kind; persist saves its records in the
 // node's store (every node of the fleet must agree).
 func NewDirectoryKind(persist bool) actor.Kind {
@@ -94,6 +103,7 @@ type directory struct {
 	State directoryState
 
 	rt    map[string]*runtime
+	owned map[string]int // sessions per owner (from State.Records, rebuilt at Started)
 	epoch uint64 // this activation's ObjectGeneration: a mirror that sees another resyncs
 	seq   uint64 // publications of this activation
 }
@@ -126,6 +136,10 @@ func (d *directory) Receive(ctx *actor.Context) {
 		}
 		d.epoch = ctx.Self().ObjectGeneration
 		d.rt = map[string]*runtime{}
+		d.owned = map[string]int{}
+		for _, rec := range d.State.Records {
+			d.owned[rec.Owner]++
+		}
 		for id := range d.State.Records {
 			d.rt[id] = &runtime{status: StatusIdle, updated: time.Now()}
 		}
@@ -146,6 +160,9 @@ func (d *directory) Receive(ctx *actor.Context) {
 			return
 		}
 		delete(d.rt, m.ID)
+		if d.owned[rec.Owner]--; d.owned[rec.Owner] <= 0 {
+			delete(d.owned, rec.Owner)
+		}
 		d.publish(ctx, DirectoryEvent{Type: "deleted", SessionID: m.ID})
 		_ = ctx.Reply(&answer{})
 	case *dirLookup:
@@ -185,12 +202,16 @@ func (d *directory) create(ctx *actor.Context, m *dirCreate) *answer {
 	if len(d.State.Records) >= maxSessions {
 		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("the directory holds %d sessions (the bound)", maxSessions)}
 	}
+	if d.owned[m.Owner] >= sessionsPerOwner {
+		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: its creator has %d sessions (the bound per client); remove one first", m.ID, sessionsPerOwner)}
+	}
 	d.State.Records[m.ID] = sessionRecord{ID: m.ID, Title: m.Title, Owner: m.Owner, Created: time.Now().UnixNano()}
 	d.State.Revision++
 	if err := ctx.Save(); err != nil {
 		delete(d.State.Records, m.ID)
 		return answerOf(nil, Errorf(CodeUnavailable, "the sessions directory could not save: %v", err))
 	}
+	d.owned[m.Owner]++
 	rt := d.rt[m.ID]
 	if rt == nil {
 		rt = &runtime{status: StatusStarting}

@@ -48,3 +48,11 @@ func RefHandle[T any](r Ref[T]) string {
 	}
 	return r.st.handle
 }
+
+// SetSessionsPerOwner lowers the bound of sessions per creator for a test; the
+// returned function restores it.
+func SetSessionsPerOwner(n int) (restore func()) {
+	old := sessionsPerOwner
+	sessionsPerOwner = n
+	return func() { sessionsPerOwner = old }
+}
