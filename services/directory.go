@@ -104,8 +104,8 @@ type directory struct {
 
 	rt    map[string]*runtime
 	owned map[string]int // sessions per owner (from State.Records, rebuilt at Started)
-	epoch uint64 // this activation's ObjectGeneration: a mirror that sees another resyncs
-	seq   uint64 // publications of this activation
+	epoch uint64         // this activation's ObjectGeneration: a mirror that sees another resyncs
+	seq   uint64         // publications of this activation
 }
 
 // dirPublication is what the directory publishes per change.
