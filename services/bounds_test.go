@@ -229,10 +229,24 @@ func TestBounds_SubscriptionsPerPresentation(t *testing.T) {
 	reader, mp := metered(t)
 	f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.MeterProvider = mp })
 	w := f.workerOn(t, 1, "subs-")
+	// Another presentation that uses the board only (its facades' subscriptions within
+	// the bound).
 	var score seen
-	other := f.present(t, 0, "loopback", func(p *presentation) { p.board.Score.Subscribe(score.score) })
-	other.create(t, w)
-	other.attach(t, w)
+	var board *Board
+	var mgmt *services.SessionManagement
+	l := services.NewLoopback(f.Node(0).Services(), services.Client{ID: "other"})
+	t.Cleanup(l.Close)
+	newHost(t, "other", []services.Connection{l, l.Session()}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+		mgmt = services.Use(env, services.SessionManagementToken)
+		board = services.Use(env, BoardToken)
+		board.Score.Subscribe(score.score)
+	}})
+	if _, err := mgmt.Create.Call(callCtx(t), services.CreateArgs{Session: w}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mgmt.Attach.Call(callCtx(t), services.AttachArgs{Session: w}); err != nil {
+		t.Fatal(err)
+	}
 	// The greedy presentation speaks the frames by hand: no facade subscribes for it.
 	greedy := testkit.DialConnector(t, f.Node(0).Endpoints()[0], wait)
 	t.Cleanup(func() { _ = greedy.Close() })
@@ -253,7 +267,7 @@ func TestBounds_SubscriptionsPerPresentation(t *testing.T) {
 	if n := failedCalls(t, reader)[services.CodeUnavailable] - before; n != 1 {
 		t.Errorf("the refusal counted %d times as unavailable, want 1", n)
 	}
-	if _, err := other.board.Set.Call(callCtx(t), Score{N: 5}); err != nil {
+	if _, err := board.Set.Call(callCtx(t), Score{N: 5}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "another presentation's subscription", func() bool { return score.len() > 0 && score.last() == 5 })
