@@ -923,9 +923,9 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 	if ps.subs == nil {
 		ps.subs = map[subAddr]struct{}{}
 	}
-	if _, ok := ps.subs[addr]; !ok && len(ps.subs) >= MaxSubscriptionsPerClient {
+	if _, ok := ps.subs[addr]; !ok && len(ps.subs) >= subscriptionsPerClient {
 		a.mu.Unlock()
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("this presentation holds %d session subscriptions (the bound)", MaxSubscriptionsPerClient)}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this presentation holds %d session subscriptions (the bound)", addr, subscriptionsPerClient)}
 	}
 	// Passed on from now: what the worker publishes after its snapshot reaches us.
 	ps.subs[addr] = struct{}{}
@@ -1049,7 +1049,7 @@ func (a *Attacher) call(p *presenter, rid string, call Call, done func(json.RawM
 	}
 	if ps.inflight.Add(1) > MaxInflightPerClient {
 		ps.inflight.Add(-1)
-		done(nil, &Error{Code: CodeUnavailable, Message: "too many session calls in flight on this connection"})
+		done(nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("call %s.%s: this presentation has %d session calls in flight (the bound)", call.Service, call.Member, MaxInflightPerClient)})
 		return
 	}
 	a.mu.Lock()

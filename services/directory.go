@@ -41,8 +41,9 @@ const (
 	StatusUnreachable = "unreachable" // the node its worker ran on left the mesh
 )
 
-// maxSessions bounds the directory's records: a create past it is refused.
-const maxSessions = 100_000
+// maxSessions bounds the directory's records: a create past it is refused (tests
+// lower it).
+var maxSessions = 100_000
 
 // MaxSessionsPerOwner bounds the sessions one client identity has created and not
 // removed, so that one client cannot take the whole directory (maxSessions) from the
@@ -200,7 +201,7 @@ func (d *directory) create(ctx *actor.Context, m *dirCreate) *answer {
 		return &answer{Code: CodeSessionExists, Message: fmt.Sprintf("session %s exists", m.ID)}
 	}
 	if len(d.State.Records) >= maxSessions {
-		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("the directory holds %d sessions (the bound)", maxSessions)}
+		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: the directory holds %d sessions (the bound)", m.ID, maxSessions)}
 	}
 	if d.owned[m.Owner] >= sessionsPerOwner {
 		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: its creator has %d sessions (the bound per client); remove one first", m.ID, sessionsPerOwner)}

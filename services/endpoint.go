@@ -233,7 +233,7 @@ func (e *Endpoint) admit(rid string, call Call, done func(json.RawMessage, error
 	case len(e.inflight) >= MaxInflightPerClient:
 		e.mu.Unlock()
 		cancel()
-		done(nil, &Error{Code: CodeUnavailable, Message: "too many calls in flight on this connection"})
+		done(nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("call %s.%s: this connection has %d calls in flight (the bound)", call.Service, call.Member, MaxInflightPerClient)})
 		return
 	}
 	e.inflight[rid] = cancel

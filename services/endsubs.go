@@ -17,6 +17,9 @@ import (
 // events and instance directories); past it a subscribe fails with CodeUnavailable.
 const MaxSubscriptionsPerClient = 1024
 
+// subscriptionsPerClient is the bound in force (tests lower it).
+var subscriptionsPerClient = MaxSubscriptionsPerClient
+
 // slotFor returns the slot a subscription of a names, or why there is none.
 func (h *Host) slotFor(a subAddr) (*slot, *Error) {
 	h.mu.Lock()
@@ -88,15 +91,16 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 	case e.closed:
 		e.mu.Unlock()
 		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
-	case e.subs[a] == nil && len(e.subs) >= MaxSubscriptionsPerClient:
+	case e.subs[a] == nil && len(e.subs) >= subscriptionsPerClient:
 		e.mu.Unlock()
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("this connection holds %d subscriptions (the bound)", MaxSubscriptionsPerClient)}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this connection holds %d subscriptions (the bound)", a, subscriptionsPerClient)}
 	}
 	prev := e.subs[a]
 	delete(e.subs, a)
 	e.mu.Unlock()
 	if prev != nil {
 		prev() // a subscribe again starts from a fresh snapshot
+		e.h.stats.subscriptions.Add(-1)
 	}
 	var (
 		snap snapshotReply
@@ -117,14 +121,25 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 		snap.Value = nil
 	}
 	e.mu.Lock()
-	if e.closed {
+	switch {
+	case e.closed:
 		e.mu.Unlock()
 		stop()
 		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
+	case e.subs[a] == nil && len(e.subs) >= subscriptionsPerClient:
+		// Another subscribe of the client's took the last place meanwhile.
+		e.mu.Unlock()
+		stop()
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this connection holds %d subscriptions (the bound)", a, subscriptionsPerClient)}
 	}
+	old := e.subs[a] // a subscribe of the same member at once: the later one stands
 	e.subs[a] = stop
 	e.mu.Unlock()
-	e.h.stats.subscriptions.Add(1)
+	if old != nil {
+		old()
+	} else {
+		e.h.stats.subscriptions.Add(1)
+	}
 	raw, _ := json.Marshal(snap)
 	return raw, nil
 }

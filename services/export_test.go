@@ -2,6 +2,9 @@ package services
 
 import (
 	"context"
+	"encoding/json"
+	"sync"
+	"time"
 
 	"github.com/meshnode/meshnode/actor"
 )
@@ -55,4 +58,73 @@ func SetSessionsPerOwner(n int) (restore func()) {
 	old := sessionsPerOwner
 	sessionsPerOwner = n
 	return func() { sessionsPerOwner = old }
+}
+
+// SetClientsPerWorker lowers the bound of presentations attached to one session
+// worker for a test; the returned function restores it.
+func SetClientsPerWorker(n int) (restore func()) {
+	old := clientsPerWorker
+	clientsPerWorker = n
+	return func() { clientsPerWorker = old }
+}
+
+// SetSubscriptionsPerClient lowers the bound of subscriptions of one client connection
+// or presentation for a test; the returned function restores it.
+func SetSubscriptionsPerClient(n int) (restore func()) {
+	old := subscriptionsPerClient
+	subscriptionsPerClient = n
+	return func() { subscriptionsPerClient = old }
+}
+
+// SetMaxSessions lowers the bound of sessions in the directory for a test; the
+// returned function restores it.
+func SetMaxSessions(n int) (restore func()) {
+	old := maxSessions
+	maxSessions = n
+	return func() { maxSessions = old }
+}
+
+// SetTaskStopWait changes how long an observation waits for a cancelled task before it
+// goes on, for a test; the returned function restores it.
+func SetTaskStopWait(d time.Duration) (restore func()) {
+	old := taskStopWait
+	taskStopWait = d
+	return func() { taskStopWait = old }
+}
+
+// HoldSnapshots holds the subscription snapshots c's provider answers from now on (the
+// provider has subscribed; the answer has not reached c's subscriptions) until release
+// is called: what a slow answer looks like while the provider's frames come in.
+func HoldSnapshots(c Connection) (release func()) {
+	cs, _ := c.(subscriber).subscriptions()
+	gate := make(chan struct{})
+	cs.mu.Lock()
+	cs.t = heldSnapshots{inner: cs.t, gate: gate}
+	cs.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
+}
+
+type heldSnapshots struct {
+	inner subTransport
+	gate  chan struct{}
+}
+
+func (h heldSnapshots) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+	raw, err := h.inner.subscribeReq(ctx, session, a)
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+	}
+	return raw, err
+}
+
+func (h heldSnapshots) unsubscribeReq(session bool, a subAddr) { h.inner.unsubscribeReq(session, a) }
+
+// SetDirUpdates lowers the bound of directory changes an observation queues for a
+// test; the returned function restores it.
+func SetDirUpdates(n int) (restore func()) {
+	old := dirUpdates
+	dirUpdates = n
+	return func() { dirUpdates = old }
 }

@@ -115,6 +115,12 @@ func NewHost(ctx context.Context, opts HostOptions, facets ...Facet) (*Host, err
 	if h.stats = opts.metrics; h.stats == nil {
 		h.stats = newCallMetrics(opts.MeterProvider, "server", h.log)
 	}
+	for _, c := range opts.Connections {
+		if s, ok := c.(subscriber); ok {
+			cs, _ := s.subscriptions()
+			cs.stats.CompareAndSwap(nil, h.stats) // the first host that uses it counts its bounds
+		}
+	}
 	h.system = sharedSystem()
 	seen := map[string]bool{}
 	for _, f := range facets {

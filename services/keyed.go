@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -21,7 +22,7 @@ import (
 
 // taskStopWait bounds how long a reconciliation waits for a cancelled task to return
 // before it goes on (the task is logged as slow; its replacement starts anyway).
-const taskStopWait = 5 * time.Second
+var taskStopWait = 5 * time.Second
 
 // keyedFacade is a host's consumer side of one keyed token: what the observe
 // registrations of its facets are bound to.
@@ -220,12 +221,23 @@ func (r *observeReg) onDirectory(g uint64, d replicaDelivery) {
 }
 
 // maxDirUpdates bounds a registration's queue of directory changes; past it only the
-// latest is kept (the reconciliation goes straight to it).
+// latest is kept (the reconciliation goes straight to it; the changes skipped are
+// counted: meshnode.services.observations.skipped).
 const maxDirUpdates = 1024
 
+// dirUpdates is the bound in force (tests lower it).
+var dirUpdates = maxDirUpdates
+
 func (r *observeReg) postLocked(u dirUpdate) {
-	if len(r.queue) >= maxDirUpdates {
+	if len(r.queue) >= dirUpdates {
+		r.kf.host.stats.count(r.kf.host.stats.skipped, int64(len(r.queue)))
+		// A binding's end among the skipped is kept: its tasks end before the latest's
+		// start (generation 0 is never current, and no instances ends every task).
+		ended := slices.ContainsFunc(r.queue, func(q dirUpdate) bool { return q.gen != u.gen })
 		r.queue = r.queue[:0]
+		if ended {
+			r.queue = append(r.queue, dirUpdate{})
+		}
 	}
 	r.queue = append(r.queue, u)
 	if !r.running {

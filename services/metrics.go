@@ -22,8 +22,10 @@ type callMetrics struct {
 	subscriptions atomic.Int64
 	drops         metric.Int64Counter
 	dropCount     atomic.Int64
-	log           *slog.Logger
-	rl            ratelog.Limiter
+	// bounds a peer can reach that are handled without an error: counted here
+	folded, eventsDropped, restarted, skipped metric.Int64Counter
+	log                                       *slog.Logger
+	rl                                        ratelog.Limiter
 	// role is the host attribute; okCode and roleOnly the option lists of a call
 	// answered with a result and of a drop, built once (a variadic list built per call
 	// escapes to the heap).
@@ -62,6 +64,10 @@ func newCallMetrics(mp metric.MeterProvider, role string, log *slog.Logger) *cal
 	cm.calls, _ = m.Int64Counter("meshnode.services.calls", metric.WithDescription("service calls served, by host (server or worker) and outcome code (ok for a result)"))
 	cm.failed, _ = m.Int64Counter("meshnode.services.calls.failed", metric.WithDescription("service calls answered with an error, by host and code"))
 	cm.drops, _ = m.Int64Counter("meshnode.services.subscriptions.dropped", metric.WithDescription("subscriptions dropped because their subscriber could not keep up (flow_control), by host"))
+	cm.folded, _ = m.Int64Counter("meshnode.services.deliveries.folded", metric.WithDescription("a state's listener calls not queued because its replica's queue of listener calls was full (1,024): the listener gets the latest value once it drains, by host"))
+	cm.eventsDropped, _ = m.Int64Counter("meshnode.services.deliveries.dropped", metric.WithDescription("events a listener missed because its replica's queue of listener calls was full (1,024), by host"))
+	cm.restarted, _ = m.Int64Counter("meshnode.services.hydrations.restarted", metric.WithDescription("subscriptions that started hydrating again from a fresh snapshot because more frames came before their snapshot than a hydrating subscription buffers (4,096), by host"))
+	cm.skipped, _ = m.Int64Counter("meshnode.services.observations.skipped", metric.WithDescription("instance directory changes an Observe skipped because its queue of changes was full (1,024): it went straight to the latest, by host"))
 	_, _ = m.Int64ObservableGauge("meshnode.services.subscriptions", metric.WithDescription("state, events and directory subscriptions clients hold, by host"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(cm.subscriptions.Load(), observeRole)
@@ -86,6 +92,11 @@ func (m *callMetrics) dropped(a subAddr, client string) {
 func (m *callMetrics) countDrop() {
 	m.dropCount.Add(1)
 	m.drops.Add(context.Background(), 1, m.roleOnly...)
+}
+
+// count adds n to a counter of the bounds (the per-delivery path: no allocation).
+func (m *callMetrics) count(c metric.Int64Counter, n int64) {
+	c.Add(context.Background(), n, m.roleOnly...)
 }
 
 // served records the outcome of one call of service.member from client.

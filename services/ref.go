@@ -241,7 +241,7 @@ func registerRef(ctx context.Context, o *refObject) (json.RawMessage, error) {
 	if len(e.refs) >= MaxRefsPerClient {
 		e.mu.Unlock()
 		o.close()
-		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("this client holds %d references (the bound)", MaxRefsPerClient)}
+		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("a %s reference: this client holds %d references (the bound); release one", o.svc, MaxRefsPerClient)}
 	}
 	handle := newHandle()
 	e.refs[handle] = o

@@ -84,8 +84,9 @@ func fromSlot(d *delivery) replicaDelivery {
 }
 
 // maxQueuedDeliveries bounds a replica's queue of listener calls. Past it a state's
-// queued updates are folded into one call with the latest value; events are dropped and
-// counted (a listener sees the jump in Delivery.Seq).
+// queued updates are folded into one call with the latest value; events are dropped (a
+// listener sees the jump in Delivery.Seq). Both are counted in the consumer host's
+// metrics (meshnode.services.deliveries.folded, .dropped).
 const maxQueuedDeliveries = 1024
 
 type listener struct {
@@ -246,6 +247,9 @@ func (r *replica) on(g uint64, d replicaDelivery) {
 			}
 			if !r.enqueueLocked(func() { r.call(l, DeliveryEvent, d.seq, false, d.trace, v) }) {
 				r.dropped.Add(1)
+				if r.host != nil {
+					r.host.stats.count(r.host.stats.eventsDropped, 1)
+				}
 			}
 		}
 	case rdStale:
@@ -302,6 +306,9 @@ func (r *replica) enqueueLocked(f func()) bool {
 	if len(r.queue) >= maxQueuedDeliveries {
 		if r.kind == kindState {
 			r.folded = true
+			if r.host != nil {
+				r.host.stats.count(r.host.stats.folded, 1)
+			}
 		}
 		return false
 	}

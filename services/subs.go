@@ -58,7 +58,7 @@ const (
 )
 
 // maxBuffered bounds the frames a hydrating subscription holds; past it, it starts
-// again.
+// again (counted: meshnode.services.hydrations.restarted).
 const maxBuffered = 4096
 
 // Retries of a subscription the provider could not serve for a passing reason
@@ -99,6 +99,8 @@ type clientSubs struct {
 	wg     sync.WaitGroup
 
 	gaps, stale, resubscribed atomic.Int64
+	// stats are the metrics of the first host that uses the connection (nil: none yet)
+	stats atomic.Pointer[callMetrics]
 }
 
 func newClientSubs(t subTransport, online bool) *clientSubs {
@@ -314,6 +316,9 @@ func (cs *clientSubs) onInbound(in inbound) {
 	switch rs.phase {
 	case subHydrating:
 		if len(rs.buf) >= maxBuffered {
+			if m := cs.stats.Load(); m != nil {
+				m.count(m.restarted, 1)
+			}
 			cs.startLocked(rs)
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ type WorkerOptions struct {
 // MaxClientsPerWorker bounds the presentations attached to one worker at once; an
 // attach past it fails with CodeUnavailable.
 const MaxClientsPerWorker = 4096
+
+// clientsPerWorker is the bound in force (tests lower it).
+var clientsPerWorker = MaxClientsPerWorker
 
 // WorkerKind returns an Actor kind whose activations are session workers: each runs a
 // services host with facets (the session facets), built when the activation starts and
@@ -284,8 +288,8 @@ func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
 	case w.removed:
 		_ = ctx.Reply(&answer{Code: CodeUnknownSession, Message: "the session was removed"})
 		return
-	case w.clients[m.Client] == nil && len(w.clients) >= MaxClientsPerWorker:
-		_ = ctx.Reply(&answer{Code: CodeUnavailable, Message: "the session worker serves as many presentations as it may"})
+	case w.clients[m.Client] == nil && len(w.clients) >= clientsPerWorker:
+		_ = ctx.Reply(&answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: its worker serves %d presentations (the bound)", w.self.ID, clientsPerWorker)})
 		return
 	}
 	if w.clients[m.Client] == nil {
