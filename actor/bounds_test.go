@@ -3,6 +3,9 @@ package actor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +107,42 @@ func TestMailbox_CrossNodeRequestToAFullMailboxIsUnavailable(t *testing.T) {
 	}
 	if n := home.Stats().MailboxRejected; n != 1 {
 		t.Errorf("MailboxRejected on the Actor's node = %d, want 1", n)
+	}
+}
+
+// A node serves at most MaxDirectoryTasks directory requests of its peers at once
+// (lookups that must place an Actor, activations, claims, relocations, move
+// prepares): past it a request is answered unavailable at once, naming what was asked
+// and the node, and counted, instead of queueing without bound. Once the node has room
+// again, the same request succeeds.
+func TestBounds_DirectoryRequestsServedAtOnce(t *testing.T) {
+	c := meshtest.Start(t, 2, meshtest.Options{Config: func(_ int, cfg *meshnode.Config) {
+		cfg.Kinds = []actor.Kind{{Name: "blocking", New: func() actor.Actor { return &blocking{} }}}
+	}})
+	asker, holder := c.Node(0).Actors(), c.Node(1).Actors()
+	// An id whose directory entry node 1 holds, and which has no activation: node 0's
+	// lookup asks node 1 to place it, which takes one of node 1's tasks.
+	var id string
+	for i := 0; ; i++ {
+		id = fmt.Sprintf("busy-%d", i)
+		if actor.DirectoryHolder(asker, id) == c.Node(1).ID() {
+			break
+		}
+	}
+	release := actor.OccupyDirectoryTasks(holder)
+	before := holder.Stats().DirectoryBusy
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := asker.Lookup(ctx, "blocking", id)
+	if !errors.Is(err, fault.Unavailable) || !strings.Contains(err.Error(), "lookup of "+id) ||
+		!strings.Contains(err.Error(), c.Node(1).ID().RID) || !strings.Contains(err.Error(), strconv.Itoa(actor.MaxDirectoryTasks)) {
+		t.Fatalf("a lookup past the bound: %v, want unavailable naming the lookup, the node and the bound", err)
+	}
+	if got := holder.Stats().DirectoryBusy - before; got != 1 {
+		t.Fatalf("%d refusals counted, want 1", got)
+	}
+	release()
+	if _, err := asker.Lookup(ctx, "blocking", id); err != nil {
+		t.Fatalf("the same lookup with room again: %v", err)
 	}
 }

@@ -88,6 +88,7 @@ type Stats struct {
 	Duplicates      int64 // second activations of one Actor the directory retired
 	DirectoryPulls  int64 // members this node asked for their activations (directory rebuilds)
 	StopWaits       int64 // activations that waited for an earlier one of their Actor here to stop (it moved away and back at once)
+	DirectoryBusy   int64 // directory requests from peers answered unavailable at once: the bound of requests in progress was reached
 	Quorum          bool  // this node sees a majority of the mesh (keep-majority)
 }
 
@@ -99,7 +100,7 @@ func (h *Host) Stats() Stats {
 	return Stats{Active: n, System: sys, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
 		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
 		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
-		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), Quorum: h.quorum.has()}
+		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), DirectoryBusy: h.dirBusy.Load(), Quorum: h.quorum.has()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {
@@ -159,6 +160,11 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	dirBusy, err := m.Int64ObservableCounter("meshnode.actor.directory_busy", metric.WithUnit("{request}"),
+		metric.WithDescription("Directory requests from peers (lookups that place, activations, claims, relocations, move prepares) answered unavailable at once because this node served its bound of requests already."))
+	if err != nil {
+		return err
+	}
 	// No unit: the exporter would name a gauge of unit "1" a ratio; this is a 0/1 state.
 	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum",
 		metric.WithDescription("1 while this node sees a majority of the mesh and places Actors (keep-majority), 0 otherwise."))
@@ -183,12 +189,13 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(followed, s.Followed)
 		o.ObserveInt64(duplicates, s.Duplicates)
 		o.ObserveInt64(stopWaits, s.StopWaits)
+		o.ObserveInt64(dirBusy, s.DirectoryBusy)
 		q := int64(0)
 		if s.Quorum {
 			q = 1
 		}
 		o.ObserveInt64(quorum, q)
 		return nil
-	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, stopWaits, quorum)
+	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, stopWaits, dirBusy, quorum)
 	return err
 }

@@ -76,14 +76,33 @@ func (a *directoryActor) Receive(ctx proto.Context) {
 // serveAsync serves a request that may wait on a host task, or answers it busy.
 func (h *Host) serveAsync(ctx proto.Context, m any) {
 	sender := ctx.Sender()
-	if !h.startTask(func(tctx context.Context) { h.serveSlow(tctx, sender, m) }) && sender != nil {
-		ctx.Respond(busyAnswer(m))
+	if !h.startTask(func(tctx context.Context) { h.serveSlow(tctx, sender, m) }) {
+		h.dirBusy.Add(1)
+		if sender != nil {
+			ctx.Respond(busyAnswer(m, h.node.ID().RID))
+		}
 	}
 }
 
-// busyAnswer is the answer to a request the node has no room to serve now.
-func busyAnswer(m any) any {
-	const msg = "actor: the directory is at its bound of requests in progress"
+// busyAnswer is the answer to a request node self has no room to serve now; it names
+// the request.
+func busyAnswer(m any, self string) any {
+	var what string
+	switch m := m.(type) {
+	case *meshpb.LookupRequest:
+		what = "lookup of " + m.ActorId
+	case *meshpb.ActivateRequest:
+		what = "activation of " + m.ActorId
+	case *meshpb.ClaimRequest:
+		what = "claim of " + m.ActorId
+	case *meshpb.RelocateRequest:
+		what = "relocation of " + m.ActorId + " to " + m.ToRid
+	case *meshpb.MovePrepare:
+		what = "move of " + fenceFromPB(m.Source).ID
+	default:
+		what = fmt.Sprintf("%T", m)
+	}
+	msg := fmt.Sprintf("actor: %s: the directory of %s serves its bound of %d requests already", what, self, maxDirectoryTasks)
 	switch m.(type) {
 	case *meshpb.RelocateRequest:
 		return &meshpb.RelocateResponse{ErrorCode: fault.Unavailable.Code(), ErrorMessage: msg}

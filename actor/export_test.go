@@ -63,3 +63,26 @@ func DecodeStateEnvelope(b []byte) (byte, []byte, error) { return decodeEnvelope
 
 // MarshalState encodes v as Kind.State's msgpack encoding.
 func MarshalState(v any) ([]byte, error) { return msgpack.Marshal(v) }
+
+// OccupyDirectoryTasks takes every slot of h's directory requests in progress, as
+// maxDirectoryTasks slow requests from peers would; release gives them back.
+func OccupyDirectoryTasks(h *Host) (release func()) {
+	n := 0
+	for {
+		select {
+		case h.taskSlots <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	return func() {
+		for range n {
+			<-h.taskSlots
+		}
+	}
+}
+
+// MaxDirectoryTasks is the bound of directory requests a node serves at once.
+const MaxDirectoryTasks = maxDirectoryTasks

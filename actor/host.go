@@ -142,6 +142,7 @@ type Host struct {
 	duplicates   atomic.Int64
 	dirPulls     atomic.Int64 // Stats.DirectoryPulls
 	stopWaits    atomic.Int64 // Stats.StopWaits
+	dirBusy      atomic.Int64 // Stats.DirectoryBusy
 	draining     atomic.Bool
 	failMu       sync.Mutex
 	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin

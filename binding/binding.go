@@ -245,6 +245,7 @@ func sessionRID(id session.RoutingID) string { return "s" + strconv.FormatUint(u
 type dropCounters struct {
 	stalePush, staleRelay, staleReplaced, lateReply atomic.Int64
 	relayTimeouts, peerFailures, bindsRefused       atomic.Int64
+	bindTimeouts                                    atomic.Int64
 
 	// The relocation barrier (relocation.go, move.go).
 	seals, commits, aborts, sealTimeouts atomic.Int64
@@ -272,6 +273,7 @@ type Stats struct {
 	RelayedRequests int   // relayed Requests waiting for their replies
 	Relayed         int   // relayed packets their Actors have not consumed yet (window.go)
 	RelayTimeouts   int64 // relayed Requests failed with deadline_exceeded
+	BindTimeouts    int64 // binds whose context ended before the Actor side answered (a tombstone followed)
 	PeerFailures    int64 // relayed Requests and binds failed because their node failed
 
 	// The relocation barrier, session-owner side (docs/binding.md, "During a
@@ -295,7 +297,7 @@ func (b *Binder) Stats() Stats {
 		sessions = append(sessions, s)
 	}
 	st := Stats{Sessions: len(b.sessions), Pending: len(b.pending),
-		RelayTimeouts: b.drops.relayTimeouts.Load(), PeerFailures: b.drops.peerFailures.Load(),
+		RelayTimeouts: b.drops.relayTimeouts.Load(), BindTimeouts: b.drops.bindTimeouts.Load(), PeerFailures: b.drops.peerFailures.Load(),
 		RelocationSeals: b.drops.seals.Load(), RelocationCommits: b.drops.commits.Load(),
 		RelocationAborts: b.drops.aborts.Load(), SealTimeouts: b.drops.sealTimeouts.Load(),
 		LateRouteUpdates: b.drops.lateRoutes.Load(), RelocationProtocolErrors: b.drops.relocationProtocolErrors.Load(),

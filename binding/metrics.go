@@ -29,7 +29,7 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 		return err
 	}
 	failed, err := m.Int64ObservableCounter("meshnode.binding.relayed_requests.failed", metric.WithUnit("{request}"),
-		metric.WithDescription("Relayed Requests (and binds) the binding failed on its own, by reason: relay_timeout, node_failed."))
+		metric.WithDescription("Relayed Requests (and binds) the binding failed on its own, by reason: relay_timeout, node_failed, bind_timeout (a bind whose context ended first; a tombstone follows)."))
 	if err != nil {
 		return err
 	}
@@ -65,6 +65,7 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 	late, protoErr, staleSeal := reason("late_route_update"), reason("protocol_error"), reason("stale_seal")
 	timeout := metric.WithAttributes(attribute.String("reason", "relay_timeout"))
 	nodeFailed := metric.WithAttributes(attribute.String("reason", "node_failed"))
+	bindTimeout := metric.WithAttributes(attribute.String("reason", "bind_timeout"))
 	b.metricsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := b.Stats()
 		o.ObserveInt64(bindings, int64(st.Bindings))
@@ -72,6 +73,7 @@ func (b *Binder) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(unconsumed, int64(st.Relayed))
 		o.ObserveInt64(failed, st.RelayTimeouts, timeout)
 		o.ObserveInt64(failed, st.PeerFailures, nodeFailed)
+		o.ObserveInt64(failed, st.BindTimeouts, bindTimeout)
 		o.ObserveInt64(refused, b.drops.bindsRefused.Load())
 		o.ObserveInt64(relocations, st.RelocationSeals, sealed)
 		o.ObserveInt64(relocations, st.RelocationCommits, committed)

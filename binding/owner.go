@@ -53,6 +53,7 @@ func (b *Binder) roundTrip(ctx context.Context, s *Session, fence actor.RouteFen
 		if !tombstone {
 			// The Actor owner may still register this binding: leave no orphan.
 			b.sendTombstone(s, fence, gen)
+			b.drops.bindTimeouts.Add(1)
 		}
 		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
 	}

@@ -267,3 +267,33 @@ func TestIdleCollection_UnboundSilentActorsAreDeactivated(t *testing.T) {
 		t.Errorf("rebinding reused binding generation %d", again.BindingGeneration)
 	}
 }
+
+// A bind waits at most its context (DefaultBindTimeout when it has no deadline): one
+// whose Actor side does not answer in time fails deadline_exceeded, is counted, and
+// leaves nothing pending.
+func TestBounds_BindTimeout(t *testing.T) {
+	f := fleet.Start(t, 2, fleet.Options{})
+	sleeper := f.IDOn(t, "probe", 1, "sleeper-")
+	c := f.Connect(t, 0)
+	mustBind(t, c, sleeper, "probe")
+	f.Ev.Hold()
+	t.Cleanup(f.Ev.Wake)
+	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "sleeper asleep", func() bool { return f.Ev.Count(sleeper, "relayed:room.sleep") == 1 })
+	other := f.Connect(t, 0)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), binding.DefaultBindTimeout+wait)
+	defer cancel()
+	err := other.Request(ctx, "bind", map[string]string{"actor": sleeper, "kind": "probe"}, nil)
+	if remoteCode(err) != fault.DeadlineExceeded.Code() {
+		t.Fatalf("a bind behind a turn that never ends: %v, want deadline_exceeded", err)
+	}
+	if d := time.Since(start); d < binding.DefaultBindTimeout || d > binding.DefaultBindTimeout+3*time.Second {
+		t.Errorf("failed after %v, bind timeout %v", d, binding.DefaultBindTimeout)
+	}
+	if st := f.Binder(0).Stats(); st.BindTimeouts != 1 || st.Pending != 0 {
+		t.Errorf("after the timeout: %+v, want 1 bind timeout and nothing pending", st)
+	}
+}
