@@ -439,13 +439,21 @@ func (a *Attacher) attach(ctx context.Context, in AttachArgs) (Attachment, error
 	old := ps.route
 	ps.route, ps.session, ps.subs = nil, session, nil
 	a.mu.Unlock()
+	var replaces string
 	if old != nil {
 		a.release(ps, old)
-		a.detachAsync(old)
+		if old.session == session {
+			replaces = old.client // the worker ends it in the attach's own turn
+		} else {
+			a.detachAsync(old)
+		}
 	}
 	a.push(ps, AttachmentAttaching, session, nil, nil)
-	r, err := a.connect(ctx, ps, session)
+	r, err := a.connect(ctx, ps, session, replaces)
 	if err != nil {
+		if replaces != "" {
+			a.detachAsync(old) // the attach may not have reached the worker to end it
+		}
 		a.mu.Lock()
 		ps.state = AttachmentDegraded
 		a.mu.Unlock()
@@ -486,8 +494,9 @@ func (a *Attacher) detach(ctx context.Context, _ struct{}) (struct{}, error) {
 
 // connect makes a route from ps to session's worker (ps.op is held): the worker
 // registers the attachment, this node subscribes to the worker's topic, and the
-// presentation is told attached.
-func (a *Attacher) connect(ctx context.Context, ps *presentation, session string) (*route, error) {
+// presentation is told attached. replaces is the client key of the presentation's
+// previous attachment to the same worker ("" for none), which the worker ends first.
+func (a *Attacher) connect(ctx context.Context, ps *presentation, session, replaces string) (*route, error) {
 	n := a.seq.Add(1)
 	r := &route{
 		session:    session,
@@ -497,7 +506,7 @@ func (a *Attacher) connect(ctx context.Context, ps *presentation, session string
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	v, err := a.actors.Request(rctx, r.worker, &workerAttach{Client: r.client, Presenter: ps.p.id, Transport: ps.p.transport, Attachment: r.attachment})
+	v, err := a.actors.Request(rctx, r.worker, &workerAttach{Client: r.client, Presenter: ps.p.id, Transport: ps.p.transport, Attachment: r.attachment, Replaces: replaces})
 	if err != nil {
 		return nil, workerError(err)
 	}
@@ -696,7 +705,7 @@ func (a *Attacher) reconnect(ctx context.Context, ps *presentation, session stri
 		}
 		return err
 	}
-	if _, err := a.connect(ctx, ps, session); err != nil {
+	if _, err := a.connect(ctx, ps, session, ""); err != nil {
 		a.degrade(ps, session, err)
 		return err
 	}

@@ -558,3 +558,24 @@ func TestBounds_SessionsInTheDirectory(t *testing.T) {
 	}
 	ps[bound].create(t, "full-3")
 }
+
+// A presentation that attaches again to the worker it is attached to, while the worker
+// is at its bound of presentations, takes its own place back: its previous attachment
+// ends in the attach's own turn, not after it (found when the bound was tested: the
+// old attachment's detach went asynchronously and the re-attach was refused).
+func TestBounds_ReattachAtAFullWorkerTakesItsOwnPlace(t *testing.T) {
+	t.Cleanup(services.SetClientsPerWorker(2))
+	f := startSvcFleet(t, 2, nil)
+	w := f.workerOn(t, 1, "full-")
+	a, b := f.present(t, 0, "stream"), f.present(t, 0, "loopback")
+	a.create(t, w)
+	a.attach(t, w)
+	b.attach(t, w)
+	for i := range 20 {
+		p := []*presentation{a, b}[i%2]
+		p.attach(t, w)
+		if v, err := p.counter.Who.Call(callCtx(t), struct{}{}); err != nil || v.Client != p.id {
+			t.Fatalf("re-attach %d: the presentation's call: %+v %v", i, v, err)
+		}
+	}
+}

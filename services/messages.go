@@ -20,6 +20,11 @@ type workerAttach struct {
 	Presenter  string
 	Transport  string
 	Attachment string
+	// Replaces is the client key of the same presentation's previous attachment to this
+	// worker (a re-attach): the worker ends it first, so that a re-attach at the
+	// worker's bound of presentations takes its own place back instead of being
+	// refused while the old attachment's asynchronous detach is still on its way.
+	Replaces string
 }
 
 // workerAttached answers workerAttach: the worker's topic (its updates and notices),

@@ -288,6 +288,11 @@ func (w *worker) attach(ctx *actor.Context, m *workerAttach) {
 	case w.removed:
 		_ = ctx.Reply(&answer{Code: CodeUnknownSession, Message: "the session was removed"})
 		return
+	}
+	if old := w.clients[m.Replaces]; old != nil && m.Replaces != m.Client && old.client.ID == m.Presenter {
+		w.detach(ctx, m.Replaces) // the same presentation's previous attachment
+	}
+	switch {
 	case w.clients[m.Client] == nil && len(w.clients) >= clientsPerWorker:
 		_ = ctx.Reply(&answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: its worker serves %d presentations (the bound)", w.self.ID, clientsPerWorker)})
 		return
