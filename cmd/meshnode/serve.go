@@ -157,8 +157,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 	}
 	if ctx.Err() == nil {
-		fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
+		// /readyz first: whoever reads "ready" in the output may probe at once.
 		ready.ready()
+		fmt.Fprintln(stdout, "meshnode: ready (SIGINT or SIGTERM drains and stops)")
 	}
 
 	moveActors := cfg.drainActors
