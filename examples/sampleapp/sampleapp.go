@@ -76,6 +76,12 @@ func (r rooms) bind(ctx context.Context, p *session.Packet) error {
 	if arg.Kind == "" {
 		arg.Kind = RoomKind
 	}
+	if actor.IsSystemKind(arg.Kind) || arg.Kind == WorkerKind {
+		// The runtime's own Actors and the services' session workers are reached through
+		// their services (SessionManagement authorises, bounds and creates workers),
+		// never bound by a client.
+		return fault.Errorf(fault.InvalidOperation, "bind %s of kind %q: the kind is not one a client binds", arg.Actor, arg.Kind)
+	}
 	peer := p.Peer
 	r.b.Session(peer).OnReplaced(func(ctx context.Context, actorID string) {
 		_ = peer.SendValue(ctx, "room.replaced", wire.CodecJSON, target{Actor: actorID})
