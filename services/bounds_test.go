@@ -579,3 +579,45 @@ func TestBounds_ReattachAtAFullWorkerTakesItsOwnPlace(t *testing.T) {
 		}
 	}
 }
+
+// The sessions directory is one Actor whose state is saved whole and whose snapshot
+// crosses the mesh as one record: its records are bounded in bytes too (long titles
+// from many connections would otherwise make its save fail and the directory restart,
+// found by a review). A create past the bound is refused unavailable, naming the
+// session and the bound; the directory keeps running (same activation) and a removal
+// makes room again.
+func TestBounds_DirectoryBytes(t *testing.T) {
+	t.Cleanup(services.SetDirectoryBytes(2 << 10))
+	f := startSvcFleet(t, 2, nil)
+	ctx := callCtx(t)
+	before, err := f.Node(0).Actors().Lookup(ctx, services.DirectoryKind, services.DirectoryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	title := strings.Repeat("t", 250)
+	var created []string
+	var refused error
+	for i := 0; i < 20 && refused == nil; i++ {
+		p := f.present(t, i%2, "stream") // a new connection each time: another creator
+		id := fmt.Sprintf("long-%d", i)
+		if _, refused = p.mgmt.Create.Call(ctx, services.CreateArgs{Session: id, Title: title}); refused == nil {
+			created = append(created, id)
+		} else {
+			refusedAtBound(t, "a create past the directory's bytes", refused, id, "KiB of records")
+		}
+	}
+	if refused == nil || len(created) < 2 {
+		t.Fatalf("created %d sessions of %d bytes each under a 2 KiB bound; refused: %v", len(created), len(title), refused)
+	}
+	after, err := f.Node(0).Actors().Lookup(ctx, services.DirectoryKind, services.DirectoryID)
+	if err != nil || after.ObjectGeneration != before.ObjectGeneration {
+		t.Fatalf("the directory restarted: %+v -> %+v (%v)", before, after, err)
+	}
+	p := f.present(t, 0, "stream")
+	if _, err := p.mgmt.Remove.Call(ctx, services.SessionRef{Session: created[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.mgmt.Create.Call(ctx, services.CreateArgs{Session: "long-again", Title: title}); err != nil {
+		t.Fatalf("a create after a removal made room: %v", err)
+	}
+}

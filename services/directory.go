@@ -51,6 +51,19 @@ var maxSessions = 100_000
 // connection: ServiceWorker.Authorize is what stops a client that reconnects.
 const MaxSessionsPerOwner = 1_000
 
+// MaxDirectoryBytes bounds the size of the directory's records (ids, titles and
+// creators, estimated with recordBytes): the directory is one Actor whose state is
+// saved whole (the embedded store takes at most 1 MiB per Actor) and whose snapshot
+// crosses the mesh as one record (at most 4 MiB, JSON), so a create past it is refused
+// rather than failing its save. About 10,000 sessions with short titles fit.
+const MaxDirectoryBytes = 512 << 10
+
+// directoryBytes is the bound in force (tests lower it).
+var directoryBytes = MaxDirectoryBytes
+
+// recordBytes estimates what rec adds to the directory's saved state.
+func recordBytes(rec sessionRecord) int { return 2*len(rec.ID) + len(rec.Title) + len(rec.Owner) + 48 }
+
 // sessionsPerOwner is the bound in force (tests lower it).
 var sessionsPerOwner = MaxSessionsPerOwner
 
@@ -105,6 +118,7 @@ type directory struct {
 
 	rt    map[string]*runtime
 	owned map[string]int // sessions per owner (from State.Records, rebuilt at Started)
+	bytes int            // recordBytes of State.Records (rebuilt at Started)
 	epoch uint64         // this activation's ObjectGeneration: a mirror that sees another resyncs
 	seq   uint64         // publications of this activation
 }
@@ -138,8 +152,10 @@ func (d *directory) Receive(ctx *actor.Context) {
 		d.epoch = ctx.Self().ObjectGeneration
 		d.rt = map[string]*runtime{}
 		d.owned = map[string]int{}
+		d.bytes = 0
 		for _, rec := range d.State.Records {
 			d.owned[rec.Owner]++
+			d.bytes += recordBytes(rec)
 		}
 		for id := range d.State.Records {
 			d.rt[id] = &runtime{status: StatusIdle, updated: time.Now()}
@@ -164,6 +180,7 @@ func (d *directory) Receive(ctx *actor.Context) {
 		if d.owned[rec.Owner]--; d.owned[rec.Owner] <= 0 {
 			delete(d.owned, rec.Owner)
 		}
+		d.bytes -= recordBytes(rec)
 		d.publish(ctx, DirectoryEvent{Type: "deleted", SessionID: m.ID})
 		_ = ctx.Reply(&answer{})
 	case *dirLookup:
@@ -206,13 +223,18 @@ func (d *directory) create(ctx *actor.Context, m *dirCreate) *answer {
 	if d.owned[m.Owner] >= sessionsPerOwner {
 		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: its creator has %d sessions (the bound per client); remove one first", m.ID, sessionsPerOwner)}
 	}
-	d.State.Records[m.ID] = sessionRecord{ID: m.ID, Title: m.Title, Owner: m.Owner, Created: time.Now().UnixNano()}
+	rec := sessionRecord{ID: m.ID, Title: m.Title, Owner: m.Owner, Created: time.Now().UnixNano()}
+	if d.bytes+recordBytes(rec) > directoryBytes {
+		return &answer{Code: CodeUnavailable, Message: fmt.Sprintf("session %s: the sessions directory holds %d KiB of records (the bound is %d KiB)", m.ID, d.bytes>>10, directoryBytes>>10)}
+	}
+	d.State.Records[m.ID] = rec
 	d.State.Revision++
 	if err := ctx.Save(); err != nil {
 		delete(d.State.Records, m.ID)
 		return answerOf(nil, Errorf(CodeUnavailable, "the sessions directory could not save: %v", err))
 	}
 	d.owned[m.Owner]++
+	d.bytes += recordBytes(rec)
 	rt := d.rt[m.ID]
 	if rt == nil {
 		rt = &runtime{status: StatusStarting}

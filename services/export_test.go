@@ -128,3 +128,11 @@ func SetDirUpdates(n int) (restore func()) {
 	dirUpdates = n
 	return func() { dirUpdates = old }
 }
+
+// SetDirectoryBytes lowers the bound of the sessions directory's records, in bytes,
+// for a test; the returned function restores it.
+func SetDirectoryBytes(n int) (restore func()) {
+	old := directoryBytes
+	directoryBytes = n
+	return func() { directoryBytes = old }
+}
