@@ -155,6 +155,7 @@ type Attacher struct {
 
 type attacherCounters struct {
 	routed, reattaches, staleNotices, dropped atomic.Int64
+	opsRefused                                atomic.Int64
 }
 
 // AttacherStats are an Attacher's figures.
@@ -167,6 +168,7 @@ type AttacherStats struct {
 	StaleNotices  int64 // publications of a worker incarnation no presentation here is attached to
 	Dropped       int64 // session subscriptions dropped because their presentation fell behind
 	Subscriptions int   // session subscriptions the presentations hold
+	OpsRefused    int64 // session subscribes, catalogues, unsubscribes and cancels refused at a presentation's bound of them in progress
 }
 
 // presentation is one presenter's selection and route.
@@ -284,6 +286,7 @@ func (a *Attacher) Stats() AttacherStats {
 	}
 	a.mu.Unlock()
 	st.Routed, st.Reattaches, st.StaleNotices = a.stats.routed.Load(), a.stats.reattaches.Load(), a.stats.staleNotices.Load()
+	st.OpsRefused = a.stats.opsRefused.Load()
 	st.Dropped = a.stats.dropped.Load()
 	return st
 }
@@ -905,7 +908,7 @@ func (a *Attacher) dropSubs(ps *presentation) {
 		}
 		a.stats.dropped.Add(1)
 		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
-		a.unsubscribeAsync(r, addr)
+		a.unsubscribeAsync(r, addr, nil) // at most MaxSubscriptionsPerClient of them
 	}
 	a.rl.Log(a.log, slog.LevelWarn, "presentation_dropped", "services: a presentation fell behind; its session subscriptions were dropped",
 		"presentation", ps.p.id, "subscriptions", len(subs))
@@ -968,11 +971,46 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 
 // subscribeAsync is subscribe answered to done from a goroutine of the Attacher's.
 func (a *Attacher) subscribeAsync(p *presenter, addr subAddr, done func(json.RawMessage, error)) {
+	if !a.startOp(p) {
+		done(nil, a.opsRefused(p, "subscribe to "+addr.String()))
+		return
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		defer p.ops.Add(-1)
+		runOpHook()
 		done(a.subscribe(p.ctx, p, addr))
 	}()
+}
+
+// opsPerPresenter is the bound of a presentation's session requests in progress in
+// force (MaxInflightPerClient; tests lower it), and opHook, when a test sets it, runs
+// first in each of them.
+var (
+	opsPerPresenter = func() *atomic.Int64 { var n atomic.Int64; n.Store(MaxInflightPerClient); return &n }()
+	opHook          atomic.Pointer[func()]
+)
+
+func runOpHook() {
+	if h := opHook.Load(); h != nil {
+		(*h)()
+	}
+}
+
+// startOp takes one of p's session requests in progress (false at the bound).
+func (a *Attacher) startOp(p *presenter) bool {
+	if p.ops.Add(1) > opsPerPresenter.Load() {
+		p.ops.Add(-1)
+		return false
+	}
+	return true
+}
+
+// opsRefused is the answer to a session request of p past its bound, counted.
+func (a *Attacher) opsRefused(p *presenter, what string) error {
+	a.stats.opsRefused.Add(1)
+	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s: this presentation has %d session requests in progress (the bound)", what, opsPerPresenter.Load())}
 }
 
 // unsubscribe ends p's session subscription to addr.
@@ -985,15 +1023,25 @@ func (a *Attacher) unsubscribe(p *presenter, addr subAddr) {
 		delete(ps.subs, addr)
 	}
 	a.mu.Unlock()
-	if r != nil {
-		a.unsubscribeAsync(r, addr)
+	if r == nil {
+		return
 	}
+	if !a.startOp(p) {
+		// Nobody waits for an answer: the subscription ends with the attachment (and
+		// counts against the presentation's bound of subscriptions meanwhile).
+		_ = a.opsRefused(p, "unsubscribe from "+addr.String())
+		return
+	}
+	a.unsubscribeAsync(r, addr, func() { p.ops.Add(-1) })
 }
 
-func (a *Attacher) unsubscribeAsync(r *route, addr subAddr) {
+func (a *Attacher) unsubscribeAsync(r *route, addr subAddr, done func()) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		if done != nil {
+			defer done()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member})
@@ -1133,9 +1181,15 @@ func (a *Attacher) cancel(p *presenter, rid string) {
 	if r == nil || rid == "" {
 		return
 	}
+	if !a.startOp(p) {
+		_ = a.opsRefused(p, "cancel of request "+rid) // the call runs on, answered as usual
+		return
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		defer p.ops.Add(-1)
+		runOpHook()
 		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 		defer cancel()
 		_ = a.actors.Send(ctx, r.worker, &workerCancel{Client: r.client, Rid: rid})
@@ -1176,9 +1230,15 @@ func (a *Attacher) catalogue(ctx context.Context, p *presenter) (json.RawMessage
 
 // catalogueAsync is catalogue answered to done from a goroutine of the Attacher's.
 func (a *Attacher) catalogueAsync(p *presenter, done func(json.RawMessage, error)) {
+	if !a.startOp(p) {
+		done(nil, a.opsRefused(p, "catalogue"))
+		return
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		defer p.ops.Add(-1)
+		runOpHook()
 		done(a.catalogue(p.ctx, p))
 	}()
 }

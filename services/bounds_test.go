@@ -621,3 +621,48 @@ func TestBounds_DirectoryBytes(t *testing.T) {
 		t.Fatalf("a create after a removal made room: %v", err)
 	}
 }
+
+// A presentation's session subscribes (and catalogues, unsubscribes, cancels) in
+// progress are bounded like its calls: each runs on a goroutine of the node's, so a
+// client sending them faster than the worker answers would otherwise start goroutines
+// without bound (found by a review). Past the bound a subscribe fails unavailable at
+// once, naming the member and the bound, and is counted; those in progress complete.
+func TestBounds_SessionRequestsInProgressPerPresentation(t *testing.T) {
+	f := startSvcFleet(t, 2, nil)
+	w := f.workerOn(t, 1, "ops-")
+	greedy := testkit.DialConnector(t, f.Node(0).Endpoints()[0], wait)
+	t.Cleanup(func() { _ = greedy.Close() })
+	for i, member := range []string{"create", "attach"} {
+		args, _ := json.Marshal(services.AttachArgs{Session: w})
+		if _, err := greedy.RequestRaw(callCtx(t), services.NameCall, wire.CodecJSON, args,
+			withMeta("svc", "meshnode.session-management"), withMeta("member", member), withMeta("rid", strconv.Itoa(i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := services.HoldSessionOps(2)
+	t.Cleanup(release)
+	held := make(chan error, 2)
+	for _, member := range []string{"score", "moves"} {
+		go func() { held <- subscribeRaw(t, greedy, "test.board", member, services.ScopeSession) }()
+	}
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(wait):
+			t.Fatal("the two subscribes never got in progress")
+		}
+	}
+	attacher := services.AttacherOf(f.Node(0).Services())
+	before := attacher.Stats().OpsRefused
+	refusedAtBound(t, "a session subscribe past the bound", subscribeRaw(t, greedy, "test.board", "score", services.ScopeSession),
+		"test.board.score", "2 session requests in progress")
+	if n := attacher.Stats().OpsRefused - before; n != 1 {
+		t.Errorf("refusals counted %d, want 1", n)
+	}
+	release()
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Fatalf("a held subscribe: %v", err)
+		}
+	}
+}

@@ -136,3 +136,28 @@ func SetDirectoryBytes(n int) (restore func()) {
 	directoryBytes = n
 	return func() { directoryBytes = old }
 }
+
+// HoldSessionOps holds every session-scope subscribe, catalogue, unsubscribe and
+// cancel that starts from now on, in progress, until release, each said on entered
+// when it is; with a bound n of them per presentation (restored by release too).
+func HoldSessionOps(n int64) (entered <-chan struct{}, release func()) {
+	old := opsPerPresenter.Swap(n)
+	gate := make(chan struct{})
+	in := make(chan struct{}, 64)
+	hook := func() {
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	opHook.Store(&hook)
+	var once sync.Once
+	return in, func() {
+		once.Do(func() {
+			opHook.Store(nil)
+			close(gate)
+			opsPerPresenter.Store(old)
+		})
+	}
+}

@@ -53,6 +53,11 @@ type presenter struct {
 	sendFrame func(session.Frame) error
 	// onClose registers fn to run once the connection ended.
 	onClose func(fn func())
+	// ops counts the session-scope subscribes, catalogues, unsubscribes and cancels
+	// in progress (each on a goroutine of the Attacher's): bounded by
+	// MaxInflightPerClient like its calls, so a client cannot start goroutines
+	// without bound by sending them faster than the worker answers.
+	ops atomic.Int64
 }
 
 // presenterKey holds the presenter of a call's connection in the endpoint's context:
