@@ -117,7 +117,7 @@ type Endpoint struct {
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc
-	subs     map[subAddr]func()    // the client's subscriptions: their stops
+	subs     map[subAddr]*endSub   // the client's subscriptions
 	refs     map[string]*refObject // the client's references, by handle
 	closed   bool
 
@@ -142,7 +142,7 @@ func (e *Endpoint) goneCode() string {
 // does).
 func (h *Host) Endpoint(ctx context.Context, client Client) *Endpoint {
 	ctx, stop := context.WithCancel(ctx)
-	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}, subs: map[subAddr]func(){},
+	e := &Endpoint{h: h, client: client, ctx: ctx, stop: stop, inflight: map[string]context.CancelFunc{}, subs: map[subAddr]*endSub{},
 		refs: map[string]*refObject{}}
 	if p, ok := presenterOf(ctx); ok {
 		e.notify = p.push

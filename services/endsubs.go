@@ -99,9 +99,13 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 	delete(e.subs, a)
 	e.mu.Unlock()
 	if prev != nil {
-		prev() // a subscribe again starts from a fresh snapshot
+		prev.stop() // a subscribe again starts from a fresh snapshot
 		e.h.stats.subscriptions.Add(-1)
 	}
+	// ent is this subscription: a drop that comes late (its sink fell behind, the
+	// drop ran after a subscribe again replaced it) ends only the subscription it was
+	// for, never the one that replaced it.
+	ent := &endSub{}
 	var (
 		snap snapshotReply
 		stop func()
@@ -112,7 +116,7 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 	} else {
 		stop, err = sl.watchFrom(func(seq uint64, raw json.RawMessage, _ any) {
 			snap = snapshotReply{Seq: seq, Value: raw}
-		}, sink, func() { e.dropped(a) })
+		}, sink, func() { e.dropped(a, ent) })
 	}
 	if err != nil {
 		return nil, err
@@ -133,10 +137,11 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this connection holds %d subscriptions (the bound)", a, subscriptionsPerClient)}
 	}
 	old := e.subs[a] // a subscribe of the same member at once: the later one stands
-	e.subs[a] = stop
+	ent.stop = stop
+	e.subs[a] = ent
 	e.mu.Unlock()
 	if old != nil {
-		old()
+		old.stop()
 	} else {
 		e.h.stats.subscriptions.Add(1)
 	}
@@ -147,20 +152,26 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 // unsubscribe ends the client's subscription to a (nothing when it has none).
 func (e *Endpoint) unsubscribe(a subAddr) {
 	e.mu.Lock()
-	stop := e.subs[a]
+	cur := e.subs[a]
 	delete(e.subs, a)
 	e.mu.Unlock()
-	if stop != nil {
-		stop()
+	if cur != nil {
+		cur.stop()
 		e.h.stats.subscriptions.Add(-1)
 	}
 }
 
+// endSub is one subscription of an endpoint's client.
+type endSub struct{ stop func() }
+
 // dropped ends a subscription whose sink fell behind, and tells the client.
-func (e *Endpoint) dropped(a subAddr) {
+func (e *Endpoint) dropped(a subAddr, ent *endSub) {
 	e.mu.Lock()
-	_, had := e.subs[a]
-	delete(e.subs, a)
+	cur := e.subs[a]
+	had := cur != nil && (ent == nil || cur == ent)
+	if had {
+		delete(e.subs, a)
+	}
 	e.mu.Unlock()
 	if !had {
 		return
@@ -177,10 +188,10 @@ func (e *Endpoint) dropped(a subAddr) {
 func (e *Endpoint) closeSubs() {
 	e.mu.Lock()
 	subs := e.subs
-	e.subs = map[subAddr]func(){}
+	e.subs = map[subAddr]*endSub{}
 	e.mu.Unlock()
-	for _, stop := range subs {
-		stop()
+	for _, s := range subs {
+		s.stop()
 		e.h.stats.subscriptions.Add(-1)
 	}
 }
