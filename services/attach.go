@@ -294,19 +294,26 @@ func (a *Attacher) Stats() AttacherStats {
 // state returns the presentation of p, making it on first use (it goes with p).
 func (a *Attacher) state(p *presenter) (*presentation, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.stopped {
+		a.mu.Unlock()
 		return nil, &Error{Code: CodeUnavailable, Message: "the server is stopping"}
 	}
 	if ps := a.pres[p]; ps != nil {
+		a.mu.Unlock()
 		return ps, nil
 	}
 	if p.ctx.Err() != nil {
+		a.mu.Unlock()
 		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
 	}
 	ps := &presentation{p: p, state: AttachmentDetached}
 	a.pres[p] = ps
+	a.mu.Unlock()
+	// Outside a.mu: a connection that ended meanwhile runs the hook at once.
 	p.onClose(func() { a.gone(ps) })
+	if p.ctx.Err() != nil {
+		return nil, &Error{Code: CodeDisconnected, Message: "the connection is closed"}
+	}
 	return ps, nil
 }
 

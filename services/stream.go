@@ -188,6 +188,7 @@ func (s *StreamServer) client(p *session.Peer) *streamClient {
 	var (
 		hookMu sync.Mutex
 		hooks  []func()
+		ended  bool // the disconnect ran: a hook registered later runs at once
 	)
 	pr := &presenter{
 		id: s.clientID(p), transport: p.Transport(), key: "s" + strconv.FormatUint(uint64(p.RoutingID()), 10),
@@ -196,7 +197,16 @@ func (s *StreamServer) client(p *session.Peer) *streamClient {
 			return p.Send(context.Background(), f.name, wire.CodecJSON, f.payload, session.WithMetadata(f.md), session.NonBlocking())
 		},
 		sendFrame: p.SendFrame,
-		onClose:   func(fn func()) { hookMu.Lock(); hooks = append(hooks, fn); hookMu.Unlock() },
+		onClose: func(fn func()) {
+			hookMu.Lock()
+			if ended {
+				hookMu.Unlock()
+				fn()
+				return
+			}
+			hooks = append(hooks, fn)
+			hookMu.Unlock()
+		},
 	}
 	ep := s.h.Endpoint(context.WithValue(p.Context(), presenterKey{}, pr), Client{ID: pr.id, Transport: p.Transport()})
 	c := &streamClient{ep: ep, pr: pr}
@@ -208,7 +218,7 @@ func (s *StreamServer) client(p *session.Peer) *streamClient {
 		s.mu.Unlock()
 		hookMu.Lock()
 		fns := hooks
-		hooks = nil
+		hooks, ended = nil, true
 		hookMu.Unlock()
 		for _, fn := range fns {
 			fn()
