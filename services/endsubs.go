@@ -168,7 +168,7 @@ type endSub struct{ stop func() }
 func (e *Endpoint) dropped(a subAddr, ent *endSub) {
 	e.mu.Lock()
 	cur := e.subs[a]
-	had := cur != nil && (ent == nil || cur == ent)
+	had := cur != nil && cur == ent
 	if had {
 		delete(e.subs, a)
 	}

@@ -91,10 +91,10 @@ func Run(ctx context.Context, out io.Writer, transport string) (*Report, error) 
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hold := newCommitHold()
+	hold := demo.NewHold()
 	log := slog.New(slog.DiscardHandler)
 	m, err := demo.Start(ctx, dir, func(st store.Store) []services.Facet {
-		return []services.Facet{SessionFacet(st, &Hooks{AfterCommit: hold.hook}, log)}
+		return []services.Facet{SessionFacet(st, &Hooks{AfterCommit: hold.Hook}, log)}
 	})
 	if err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func (s *scenario) disconnect() {
 	s.conns = nil
 }
 
-func (s *scenario) run(ctx context.Context, hold *commitHold) error {
+func (s *scenario) run(ctx context.Context, hold *demo.Hold) error {
 	session, err := s.m.SessionOn(ctx, 1, "question-")
 	if err != nil {
 		return err
@@ -224,12 +224,10 @@ func (s *scenario) run(ctx context.Context, hold *commitHold) error {
 		last = "q3"
 	}
 	s.rep.HeldKey, s.rep.LastKey = held, last
-	hold.arm(held, nil) // never released: the worker goes first
+	hold.Arm(held, nil) // never released: the worker goes first
 	p2.Answer(held, Response{Kind: Selected, Index: 1})
-	select {
-	case <-hold.held:
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for %s's answer to commit: %w", held, ctx.Err())
+	if err := hold.Wait(ctx, held+"'s answer to commit"); err != nil {
+		return err
 	}
 	s.print("the worker of %s is replaced (%s's answer committed, its result not staged)", session, held)
 	if err := s.m.Replace(ctx, session); err != nil {
@@ -255,7 +253,7 @@ func (s *scenario) run(ctx context.Context, hold *commitHold) error {
 	// so the second reaches the instance too, and is told the durable winner.
 	s.print("P1' and P2 answer %s at the same moment", last)
 	release := make(chan struct{})
-	hold.arm(last, release)
+	hold.Arm(last, release)
 	p1b.Answer(last, Response{Kind: Custom, Answer: "gamma"})
 	p2.Answer(last, Response{Kind: Selected, Index: 0})
 	s.rep.Concurrent = map[string]Settled{}
@@ -265,10 +263,8 @@ func (s *scenario) run(ctx context.Context, hold *commitHold) error {
 		}
 		s.rep.Concurrent[p.Name] = *answered(p.View(), last)
 	}
-	select {
-	case <-hold.held:
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for %s's answer to commit: %w", last, ctx.Err())
+	if err := hold.Wait(ctx, last+"'s answer to commit"); err != nil {
+		return err
 	}
 	close(release)
 	if err := p2.Wait(ctx, "three results", func(v View) bool { return len(v.Results) == 3 }); err != nil {
@@ -317,40 +313,4 @@ func answered(v View, key string) *Settled {
 		}
 	}
 	return nil
-}
-
-// commitHold holds the invocation it is armed for after its answer committed, until
-// released or the worker goes: a crash between the commit and the staging, or a
-// dialog kept open while a second answer arrives.
-type commitHold struct {
-	mu      sync.Mutex
-	key     string
-	release chan struct{}
-	held    chan string
-}
-
-func newCommitHold() *commitHold { return &commitHold{held: make(chan string, 1)} }
-
-// arm holds key's next commit until release is closed.
-func (h *commitHold) arm(key string, release chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.key, h.release = key, release
-}
-
-func (h *commitHold) hook(ctx context.Context, key string) {
-	h.mu.Lock()
-	armed, release := h.key == key, h.release
-	if armed {
-		h.key = ""
-	}
-	h.mu.Unlock()
-	if !armed {
-		return
-	}
-	h.held <- key
-	select {
-	case <-release:
-	case <-ctx.Done():
-	}
 }

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -23,32 +19,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // worker runs on node-b, P1 on node-a. Each R test checks what its row requires of
 // the run.
 
-var runs struct {
-	mu   sync.Mutex
-	reps map[string]*Report
-	errs map[string]error
-	outs map[string]string
-}
+var runs = demo.Runs[*Report]{Run: Run}
 
 func runOf(t *testing.T, transport string) (*Report, string) {
 	t.Helper()
-	runs.mu.Lock()
-	defer runs.mu.Unlock()
-	if runs.reps == nil {
-		runs.reps, runs.errs, runs.outs = map[string]*Report{}, map[string]error{}, map[string]string{}
+	rep, out, err := runs.Get(transport)
+	if err != nil {
+		t.Fatalf("the %s run failed: %v\n%s", transport, err, out)
 	}
-	if _, ok := runs.reps[transport]; !ok {
-		var out bytes.Buffer
-		// The run takes about 2 s; a broken one fails on its first wait that times out.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		runs.reps[transport], runs.errs[transport] = Run(ctx, &out, transport)
-		cancel()
-		runs.outs[transport] = out.String()
-	}
-	if err := runs.errs[transport]; err != nil {
-		t.Fatalf("the %s run failed: %v\n%s", transport, err, runs.outs[transport])
-	}
-	return runs.reps[transport], runs.outs[transport]
+	return rep, out
 }
 
 func transports(t *testing.T, f func(t *testing.T, rep *Report, out string)) {

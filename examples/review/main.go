@@ -97,12 +97,12 @@ func Run(ctx context.Context, out io.Writer, transport string) (*Report, error) 
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	freeze, enqueue := newHold(), newHold()
+	freeze, enqueue := demo.NewHold(), demo.NewHold()
 	log := slog.New(slog.DiscardHandler)
 	var st store.Store
 	m, err := demo.Start(ctx, dir, func(s store.Store) []services.Facet {
 		st = s
-		return []services.Facet{SessionFacet(s, workingTree, &Hooks{AfterFreeze: freeze.hook, AfterEnqueue: enqueue.hook}, log)}
+		return []services.Facet{SessionFacet(s, workingTree, &Hooks{AfterFreeze: freeze.Hook, AfterEnqueue: enqueue.Hook}, log)}
 	})
 	if err != nil {
 		return nil, err
@@ -157,7 +157,7 @@ func comment(id, path, side string, line int, body string) CommentInput {
 	return CommentInput{CommentID: id, Path: path, Side: side, Line: line, Body: body}
 }
 
-func (s *scenario) run(ctx context.Context, freeze, enqueue *hold) error {
+func (s *scenario) run(ctx context.Context, freeze, enqueue *demo.Hold) error {
 	session, err := s.m.SessionOn(ctx, 1, "review-")
 	if err != nil {
 		return err
@@ -225,10 +225,10 @@ func (s *scenario) run(ctx context.Context, freeze, enqueue *hold) error {
 	// the prompt, before the record was completed. The new worker finishes it.
 	interrupted, shared := ids[1], ids[0]
 	s.rep.Interrupted, s.rep.Shared = interrupted, shared
-	enqueue.arm(interrupted, nil)
+	enqueue.Arm(interrupted, nil)
 	submitted := make(chan error, 1)
 	go func() { _, err := p2.Submit(ctx, interrupted); submitted <- err }()
-	if err := enqueue.wait(ctx); err != nil {
+	if err := enqueue.Wait(ctx, "a submission to reach its hook"); err != nil {
 		return err
 	}
 	s.print("the worker of %s is replaced (%s's prompt accepted, its record not completed)", session, interrupted)
@@ -269,7 +269,7 @@ func (s *scenario) run(ctx context.Context, freeze, enqueue *hold) error {
 		}
 	}
 	release := make(chan struct{})
-	freeze.arm(shared, release)
+	freeze.Arm(shared, release)
 	subs := make(chan error, 1)
 	s.rep.Submissions = map[string]string{}
 	go func() {
@@ -279,7 +279,7 @@ func (s *scenario) run(ctx context.Context, freeze, enqueue *hold) error {
 		mu.Unlock()
 		subs <- err
 	}()
-	if err := freeze.wait(ctx); err != nil {
+	if err := freeze.Wait(ctx, "a submission to reach its hook"); err != nil {
 		return err
 	}
 	_, s.rep.LateErr = p1b.Comment(ctx, shared, comment("c-late", "main.go", "old", 1, "one more thing"))
@@ -318,47 +318,4 @@ func (s *scenario) run(ctx context.Context, freeze, enqueue *hold) error {
 		s.print("prompt of %s (%s):\n%s", x.ReviewID, x.SubmissionID, x.Text)
 	}
 	return nil
-}
-
-// hold stops a submission of the review it is armed for at its hook, until released
-// or the worker goes.
-type hold struct {
-	mu      sync.Mutex
-	key     string
-	release chan struct{}
-	held    chan struct{}
-}
-
-func newHold() *hold { return &hold{held: make(chan struct{}, 1)} }
-
-func (h *hold) arm(key string, release chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.key, h.release = key, release
-}
-
-func (h *hold) hook(ctx context.Context, key string) {
-	h.mu.Lock()
-	armed, release := h.key == key, h.release
-	if armed {
-		h.key = ""
-	}
-	h.mu.Unlock()
-	if !armed {
-		return
-	}
-	h.held <- struct{}{}
-	select {
-	case <-release:
-	case <-ctx.Done():
-	}
-}
-
-func (h *hold) wait(ctx context.Context) error {
-	select {
-	case <-h.held:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for a submission to reach its hook: %w", ctx.Err())
-	}
 }

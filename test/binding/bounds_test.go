@@ -276,12 +276,8 @@ func TestBounds_BindTimeout(t *testing.T) {
 	sleeper := f.IDOn(t, "probe", 1, "sleeper-")
 	c := f.Connect(t, 0)
 	mustBind(t, c, sleeper, "probe")
-	f.Ev.Hold()
+	holdTurn(t, f, c, sleeper)
 	t.Cleanup(f.Ev.Wake)
-	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "sleeper asleep", func() bool { return f.Ev.Count(sleeper, "relayed:room.sleep") == 1 })
 	other := f.Connect(t, 0)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), binding.DefaultBindTimeout+wait)

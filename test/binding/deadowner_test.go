@@ -52,19 +52,7 @@ func TestIssue30_SealWaitingForADeadSessionOwnerCompletesWhenItIsDeclaredFailed(
 	id := f.IDOn(t, "probe", 1, "probe-")
 	c := f.Dial(t, 2)
 	mustBind(t, c, id, "probe")
-	f.Ev.Hold()
-	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the probe's turn is held", func() bool { return f.Ev.Count(id, "relayed:room.sleep") == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	moved := make(chan error, 1)
-	go func() {
-		_, err := f.Actors(1).Relocate(ctx, id, f.Node(0).ID().RID)
-		moved <- err
-	}()
-	eventually(t, "the move is queued behind the held turn", func() bool { return moving(f, 1, id) })
+	moved := moveBehindHeldTurn(t, f, c, id)
 	dead := f.Node(2).ID()
 	f.Kill(2) // no leave: node 1 learns of it only by failure detection
 	_ = c.Close()

@@ -82,6 +82,34 @@ func moving(f *fleet.Fleet, i int, id string) bool {
 	return false
 }
 
+// holdTurn holds the turns of the fleet's Actors (f.Ev.Hold) and has c's bound Actor
+// id enter one: it stays in it until f.Ev.Wake.
+func holdTurn(t *testing.T, f *fleet.Fleet, c *connector.Connector, id string) {
+	t.Helper()
+	f.Ev.Hold()
+	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the probe's turn is held", func() bool { return f.Ev.Count(id, "relayed:room.sleep") == 1 })
+}
+
+// moveBehindHeldTurn holds the turn of c's bound Actor id, on node 1, and asks for its
+// move to node 0, which queues behind the turn: the move's outcome comes on the channel
+// once the turn is woken (f.Ev.Wake).
+func moveBehindHeldTurn(t *testing.T, f *fleet.Fleet, c *connector.Connector, id string) <-chan error {
+	t.Helper()
+	holdTurn(t, f, c, id)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := f.Actors(1).Relocate(ctx, id, f.Node(0).ID().RID)
+		moved <- err
+	}()
+	eventually(t, "the move is queued behind the held turn", func() bool { return moving(f, 1, id) })
+	return moved
+}
+
 // Issue 25, item 1 (related): a relocation that starts while the Actor's bound session
 // is closing does not wait out the seal timeout for a session that is gone: the session
 // owner answers the seal at once (nothing to hold), and the session's tombstone, queued
@@ -93,19 +121,7 @@ func TestIssue25_SealTowardAClosedSessionCompletesAtOnce(t *testing.T) {
 	id := f.IDOn(t, "probe", 1, "gone-")
 	c := f.Dial(t, 2)
 	mustBind(t, c, id, "probe")
-	f.Ev.Hold()
-	if err := c.Send(context.Background(), "room.sleep", map[string]int{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the probe's turn is held", func() bool { return f.Ev.Count(id, "relayed:room.sleep") == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	moved := make(chan error, 1)
-	go func() {
-		_, err := f.Actors(1).Relocate(ctx, id, f.Node(0).ID().RID)
-		moved <- err
-	}()
-	eventually(t, "the move is queued behind the held turn", func() bool { return moving(f, 1, id) })
+	moved := moveBehindHeldTurn(t, f, c, id)
 	_ = c.Close()
 	eventually(t, "the session is gone from its node", func() bool { return f.Binder(2).Stats().Sessions == 0 })
 	start := time.Now()
