@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/meshnode/meshnode/internal/testkit"
+	"github.com/meshnode/meshnode/internal/testkit/freeport"
 	"github.com/meshnode/meshnode/mesh"
 	"github.com/meshnode/meshnode/session/connector"
 )
@@ -82,27 +81,11 @@ func Cleanup() {
 	}
 }
 
-// FreePort returns a port free now, chosen below the kernel's ephemeral range: tests
-// running in parallel packages bind port 0 and get ephemeral ports, so they can never
-// take a port given here (say, one a restarted process takes back).
+// FreePort returns a port free now, chosen below the kernel's ephemeral range (see
+// freeport.Below).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		udp, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		_ = tcp.Close()
-		if err != nil {
-			continue
-		}
-		_ = udp.Close()
-		return port
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return 0
+	return freeport.Below(t)
 }
 
 // Config describes one process.

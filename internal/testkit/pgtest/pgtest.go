@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/meshnode/meshnode/internal/testkit/freeport"
 )
 
 // Server is one running PostgreSQL server.
@@ -122,8 +124,21 @@ func Start(t testing.TB, opts Options) *Server {
 	if s.cred != nil {
 		_ = os.Chown(filepath.Join(base, "data", "pg_hba.conf"), int(s.cred.Uid), int(s.cred.Gid))
 	}
-	s.Port = freePort(t)
-	s.StartAgain(t)
+	// A port below the ephemeral range, so that no test's outgoing connection takes
+	// it between the choice and pg_ctl; should another server take it anyway, choose
+	// again (the log says so) rather than fail the test.
+	for attempt := 1; ; attempt++ {
+		s.Port = freeport.Below(t)
+		out, err := s.start()
+		if err == nil {
+			break
+		}
+		log, _ := os.ReadFile(filepath.Join(s.dir, "data", "server.log"))
+		if attempt < 5 && bytes.Contains(log, []byte("Address already in use")) {
+			continue
+		}
+		t.Fatalf("pgtest: pg_ctl start on port %d: %v: %s\n%s", s.Port, err, out, log)
+	}
 	return s
 }
 
@@ -146,12 +161,22 @@ func (s *Server) URL(host string) string {
 // StartAgain starts the server (after Stop), on the same port and data.
 func (s *Server) StartAgain(t testing.TB) {
 	t.Helper()
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s", s.Port, filepath.Join(s.dir, "sock"), strings.Join(s.listen, ","))
-	if out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", opts, "-l", filepath.Join(s.dir, "data", "server.log"), "-w", "-t", "60", "start"); err != nil {
+	if out, err := s.start(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "data", "server.log"))
-		t.Fatalf("pgtest: pg_ctl start: %v: %s\n%s", err, out, log)
+		t.Fatalf("pgtest: pg_ctl start on port %d: %v: %s\n%s", s.Port, err, out, log)
 	}
-	s.running = true
+}
+
+func (s *Server) start() ([]byte, error) {
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s", s.Port, filepath.Join(s.dir, "sock"), strings.Join(s.listen, ","))
+	// A fresh log per attempt: the bind check reads this attempt's only.
+	logPath := filepath.Join(s.dir, "data", "server.log")
+	_ = os.Remove(logPath)
+	out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", opts, "-l", logPath, "-w", "-t", "60", "start")
+	if err == nil {
+		s.running = true
+	}
+	return out, err
 }
 
 // Stop stops the server (fast shutdown: connections are cut, the data stays).
@@ -209,14 +234,4 @@ func (s *Server) run(name string, args ...string) ([]byte, error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.Bytes(), err
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
