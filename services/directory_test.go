@@ -145,6 +145,13 @@ func TestSessionDirectory_WorkerNodeDies(t *testing.T) {
 		s, _ := watch.summary(w)
 		return s.Status == services.StatusUnreachable && s.Node == ""
 	})
+	// The directory's node saw the death first; the presentation's node may not have
+	// yet, and an attach it sends to the dead node meanwhile fails session_unavailable
+	// (retryable: the attach may have reached the worker). Attach once every survivor
+	// knows.
+	if err := f.WaitConverged(10 * time.Second); err != nil {
+		t.Fatalf("the survivors never agreed the victim died: %v", err)
+	}
 	p.attach(t, w)
 	eventually(t, "active on a survivor after an attach", func() bool {
 		s, _ := watch.summary(w)
