@@ -300,3 +300,54 @@ func TestMeshTLS_HandshakeRefusalsAreCountedEachAndLoggedOncePerInterval(t *test
 		}
 	}
 }
+
+// Messages whose sender RID the peer's certificate does not name are counted each
+// (dropped, reason identity) and logged once per claimed RID per interval: mallory,
+// with a valid fleet certificate of its own, forges records as node-8 and node-9.
+func TestMeshTLS_ForgedRIDDropsAreCountedEachAndLoggedOncePerClaimedRID(t *testing.T) {
+	const tries = 5
+	p := newPKI(t)
+	key, _ := newKey(t)
+	var log testkit.LockedBuffer
+	c := meshtest.Start(t, 1, meshtest.Options{Config: secure(t, p, key), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	n0 := c.Node(0)
+	f := issue(t, p, "mallory")
+	certs, err := meshtls.Load(meshtls.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := mesh.Start(context.Background(), mesh.Config{RID: "mallory", TLS: certs, GossipKeys: [][]byte{key},
+		Join: []string{n0.MeshAddr()}, Preset: mesh.PresetTest, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meshtest.KillMesh(mallory)
+	testkit.Eventually(t, wait, "node-0 admits mallory (a valid fleet certificate)", func() bool {
+		_, ok := n0.Membership().Member("mallory")
+		return ok
+	})
+	m, _ := n0.Membership().Member("mallory")
+	for _, claimed := range []string{"node-8", "node-9"} {
+		for range tries {
+			forged := &meshpb.Envelope{FromRid: claimed, FromGeneration: 1,
+				ToRid: n0.ID().RID, ToGeneration: n0.ID().Generation, Frames: replacedRecord(t, n0.ID())}
+			meshtest.SendEnvelope(mallory, n0.Mesh().RemoteAddr(), meshtest.RecordsActor, forged)
+		}
+	}
+	own := &meshpb.Envelope{FromRid: "mallory", FromGeneration: m.ID.Generation,
+		ToRid: n0.ID().RID, ToGeneration: n0.ID().Generation, Frames: replacedRecord(t, n0.ID())}
+	meshtest.SendEnvelope(mallory, n0.Mesh().RemoteAddr(), meshtest.RecordsActor, own)
+	// One stream, in order: once the last is taken, the forged ones were judged.
+	testkit.Eventually(t, wait, "node-0 takes mallory's record under its own RID", func() bool { return inbound(c, "node-0", "mallory") == 1 })
+	if got := refused(c, 0, mesh.DropIdentity); got != 2*tries {
+		t.Fatalf("identity refusals: %d, want %d", got, 2*tries)
+	}
+	if got := n0.Records().Counts().Drops[mesh.DropIdentity]; got != 2*tries {
+		t.Fatalf("dropped{reason=identity}: %d, want %d", got, 2*tries)
+	}
+	for _, claimed := range []string{"node-8", "node-9"} {
+		if got := logLines(log.String(), `msg="mesh: record dropped"`, "reason=identity", "node=0", "from="+claimed+"#"); got != 1 {
+			t.Errorf("forgeries as %s logged %d times, want once: %s", claimed, got, log.String())
+		}
+	}
+}
