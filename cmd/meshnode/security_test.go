@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -407,6 +408,83 @@ func TestReadyz_ShowsACertificateThatExpiresSoon(t *testing.T) {
 	if v := proc.Sum(text, "meshnode_mesh_tls_cert_expiry_seconds"); v <= 0 || v > 3600 {
 		t.Fatalf("meshnode_mesh_tls_cert_expiry_seconds = %v, want (0, 3600]", v)
 	}
+}
+
+// A node whose certificate expires while it runs answers 503 on /readyz from then on,
+// naming the certificate and when it expired, and its expiry gauge goes negative
+// (docs/security.md, "Rotation without a restart"); once a renewed certificate is
+// written over its files the node picks it up by itself and is ready again.
+func TestReadyz_ExpiredCertificateIs503UntilARenewedOneIsLoaded(t *testing.T) {
+	dir := t.TempDir()
+	p, err := testkit.NewFleetPKI("fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Valid long enough for the node to start (the start refuses an expired one).
+	cert, key, err := p.NodeWith("solo", testkit.NodeCertOptions{NotAfter: time.Now().Add(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(mustDER(t, cert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.WriteNode(dir, "solo", cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log testkit.LockedBuffer
+	addrs, stop := startBinaryLogging(t, &log, "--stream", "tcp://127.0.0.1:0", "--admin", "127.0.0.1:0", "--mesh", "127.0.0.1:0",
+		"--remote", "127.0.0.1:0", "--node-id", "solo", "--mesh-tls-cert", f.Cert, "--mesh-tls-key", f.Key, "--mesh-tls-ca", f.CA)
+	defer func() { _ = stop() }()
+	readyz := "http://" + addrs["admin"] + "/readyz"
+
+	// Before it expires: ready, with the warning (five seconds is under a third of its
+	// lifetime). An answer that arrived before NotAfter was decided before it.
+	code, body, _ := call(t, plainClient, "GET", readyz, "")
+	if time.Now().Before(leaf.NotAfter) && (code != http.StatusOK || !strings.Contains(body, "expires in")) {
+		t.Fatalf("/readyz before the certificate expired: %d %q", code, body)
+	}
+
+	testkit.Eventually(t, 30*time.Second, "the certificate's NotAfter to pass", func() bool { return !time.Now().Before(leaf.NotAfter) })
+	code, body, _ = call(t, plainClient, "GET", readyz, "")
+	want := fmt.Sprintf("not ready: mesh TLS certificate %s expired at %s: peers refuse it; install a renewed one (docs/security.md)\n",
+		f.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+	if code != http.StatusServiceUnavailable || body != want {
+		t.Fatalf("/readyz once the certificate expired: %d %q, want 503 %q", code, body, want)
+	}
+	_, text, _ := call(t, plainClient, "GET", "http://"+addrs["admin"]+"/metrics", "")
+	if v := proc.Sum(text, "meshnode_mesh_tls_cert_expiry_seconds"); v >= 0 {
+		t.Fatalf("meshnode_mesh_tls_cert_expiry_seconds = %v once expired, want < 0", v)
+	}
+
+	// A renewal, key first: the node polls its files (every DefaultReloadInterval).
+	renewed, renewedKey, err := p.Node("solo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Key, renewedKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Cert, renewed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the node to reload the renewed certificate", func() bool {
+		return strings.Contains(log.String(), "mesh TLS certificate reloaded")
+	})
+	if code, body, _ := call(t, plainClient, "GET", readyz, ""); code != http.StatusOK || body != "ready\n" {
+		t.Fatalf("/readyz with the renewed certificate: %d %q, want 200 %q", code, body, "ready\n")
+	}
+}
+
+// mustDER is the DER of the first PEM block of b.
+func mustDER(t *testing.T, b []byte) []byte {
+	t.Helper()
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+	return block.Bytes
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

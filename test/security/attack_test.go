@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,15 +159,7 @@ func TestMeshTLS_BadPeerCertificatesAreRefusedWithTheirReason(t *testing.T) {
 				// send none of another CA's): an attacker chooses what it sends.
 				cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return tc.cert, nil }
 			}
-			conn, err := tls.Dial("tcp", c.Node(0).Mesh().RemoteAddr(), cfg)
-			if err == nil {
-				// TLS 1.3: the server judges the client's certificate after the client's
-				// handshake returned; its refusal arrives on the first read.
-				_ = conn.SetReadDeadline(time.Now().Add(wait))
-				_, err = conn.Read(make([]byte, 1))
-				_ = conn.Close()
-			}
-			if err == nil {
+			if err := handshake(c.Node(0).Mesh().RemoteAddr(), cfg); err == nil {
 				t.Fatal("the node accepted the connection")
 			}
 			if !testkit.Within(wait, func() bool { return refused(c, 0, "tls.in."+tc.reason) == before+1 }) {
@@ -222,4 +217,137 @@ func TestMeshTLS_ValidCertificateClaimingAnotherNodeIsRefused(t *testing.T) {
 		}
 	}
 	checkServing(t, c)
+}
+
+// handshake dials addr with cfg and returns why the server refused the connection (nil
+// when it did not).
+func handshake(addr string, cfg *tls.Config) error {
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// TLS 1.3: the server judges the client's certificate after the client's handshake
+	// returned; its refusal arrives on the first read.
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	_, err = conn.Read(make([]byte, 1))
+	return err
+}
+
+// logLines counts the lines of a text log that hold every one of parts.
+func logLines(log string, parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// Refused handshakes are counted each time and logged once per reason and peer host
+// per interval (docs/security.md, issue 29's bad input): repeated handshakes with a
+// certificate of another CA are counted one by one and logged once, and so are
+// repeated handshakes without a certificate, in a line of their own.
+func TestMeshTLS_HandshakeRefusalsAreCountedEachAndLoggedOncePerInterval(t *testing.T) {
+	const tries = 5
+	p := newPKI(t)
+	key, _ := newKey(t)
+	var log testkit.LockedBuffer
+	c := meshtest.Start(t, 1, meshtest.Options{Config: secure(t, p, key), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	other, err := testkit.NewFleetPKI("another fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := other.Node("node-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(p.CACert)
+	addr := c.Node(0).Mesh().RemoteAddr()
+	for _, tc := range []struct {
+		reason string
+		cert   *tls.Certificate
+	}{{"unknown_authority", &stranger}, {"no_certificate", nil}} {
+		cfg := &tls.Config{RootCAs: roots, ServerName: "node-0", NextProtos: []string{"h2"}}
+		if tc.cert != nil {
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return tc.cert, nil }
+		}
+		for i := 1; i <= tries; i++ {
+			if err := handshake(addr, cfg); err == nil {
+				t.Fatalf("%s: the node accepted the connection", tc.reason)
+			}
+			testkit.Eventually(t, wait, fmt.Sprintf("refusal %d counted as %s", i, tc.reason), func() bool {
+				return refused(c, 0, "tls.in."+tc.reason) == int64(i)
+			})
+		}
+	}
+	for _, reason := range []string{"unknown_authority", "no_certificate"} {
+		if got := refused(c, 0, "tls.in."+reason); got != tries {
+			t.Errorf("tls.in.%s = %d, want %d", reason, got, tries)
+		}
+		if got := logLines(log.String(), `msg="mesh: TLS handshake refused"`, "reason="+reason); got != 1 {
+			t.Errorf("%s logged %d times, want once: %s", reason, got, log.String())
+		}
+	}
+}
+
+// Messages whose sender RID the peer's certificate does not name are counted each
+// (dropped, reason identity) and logged once per claimed RID per interval: mallory,
+// with a valid fleet certificate of its own, forges records as node-8 and node-9.
+func TestMeshTLS_ForgedRIDDropsAreCountedEachAndLoggedOncePerClaimedRID(t *testing.T) {
+	const tries = 5
+	p := newPKI(t)
+	key, _ := newKey(t)
+	var log testkit.LockedBuffer
+	c := meshtest.Start(t, 1, meshtest.Options{Config: secure(t, p, key), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	n0 := c.Node(0)
+	f := issue(t, p, "mallory")
+	certs, err := meshtls.Load(meshtls.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := mesh.Start(context.Background(), mesh.Config{RID: "mallory", TLS: certs, GossipKeys: [][]byte{key},
+		Join: []string{n0.MeshAddr()}, Preset: mesh.PresetTest, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meshtest.KillMesh(mallory)
+	testkit.Eventually(t, wait, "node-0 admits mallory (a valid fleet certificate)", func() bool {
+		_, ok := n0.Membership().Member("mallory")
+		return ok
+	})
+	m, _ := n0.Membership().Member("mallory")
+	for _, claimed := range []string{"node-8", "node-9"} {
+		for range tries {
+			forged := &meshpb.Envelope{FromRid: claimed, FromGeneration: 1,
+				ToRid: n0.ID().RID, ToGeneration: n0.ID().Generation, Frames: replacedRecord(t, n0.ID())}
+			meshtest.SendEnvelope(mallory, n0.Mesh().RemoteAddr(), meshtest.RecordsActor, forged)
+		}
+	}
+	own := &meshpb.Envelope{FromRid: "mallory", FromGeneration: m.ID.Generation,
+		ToRid: n0.ID().RID, ToGeneration: n0.ID().Generation, Frames: replacedRecord(t, n0.ID())}
+	meshtest.SendEnvelope(mallory, n0.Mesh().RemoteAddr(), meshtest.RecordsActor, own)
+	// One stream, in order: once the last is taken, the forged ones were judged.
+	testkit.Eventually(t, wait, "node-0 takes mallory's record under its own RID", func() bool { return inbound(c, "node-0", "mallory") == 1 })
+	if got := refused(c, 0, mesh.DropIdentity); got != 2*tries {
+		t.Fatalf("identity refusals: %d, want %d", got, 2*tries)
+	}
+	if got := n0.Records().Counts().Drops[mesh.DropIdentity]; got != 2*tries {
+		t.Fatalf("dropped{reason=identity}: %d, want %d", got, 2*tries)
+	}
+	for _, claimed := range []string{"node-8", "node-9"} {
+		if got := logLines(log.String(), `msg="mesh: record dropped"`, "reason=identity", "node=0", "from="+claimed+"#"); got != 1 {
+			t.Errorf("forgeries as %s logged %d times, want once: %s", claimed, got, log.String())
+		}
+	}
 }
