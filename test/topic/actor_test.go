@@ -85,3 +85,78 @@ func TestTopics_ActorSubscribesItsSessionPublishesAndCounts(t *testing.T) {
 		t.Fatalf("an Actor's publish to a bad name: %v", err)
 	}
 }
+
+// Issue 26, items 1 and 5: an Actor unsubscribes the session bound to it
+// (ctx.UnsubscribeSession): the fleet's presence drops by exactly that session, and a
+// later publish reaches the other subscriber of the session's node but not it. Proof
+// that nothing was written to it, without waiting for a silence: the Actor subscribes
+// it again and one more message is published; the order of one publisher holds for
+// every subscriber, so had the middle message been written to it, it would come first.
+func TestTopics_ActorUnsubscribesItsSession(t *testing.T) {
+	f := fleet.Start(t, 3, fleet.Options{Config: func(cfg *meshnode.Config) {
+		cfg.Kinds = append(cfg.Kinds, actor.Kind{Name: "announcer", New: func() actor.Actor { return announcer{} }})
+	}})
+	// The leaver and the witness connect to node 1; their Actors live on node 2.
+	leaver, witness := f.Connect(t, 1), f.Connect(t, 1)
+	leaving, witnessing := listen(leaver, "ann.msg"), listen(witness, "ann.msg")
+	mustRequest(t, leaver, "bind", map[string]string{"actor": f.IDOn(t, "announcer", 2, "leaver-"), "kind": "announcer"})
+	mustRequest(t, witness, "bind", map[string]string{"actor": f.IDOn(t, "announcer", 2, "witness-"), "kind": "announcer"})
+	mustRequest(t, leaver, "room.join", map[string]string{})
+	mustRequest(t, witness, "room.join", map[string]string{})
+	host := f.Connect(t, 0)
+	mustRequest(t, host, "bind", map[string]string{"actor": "the-host", "kind": "announcer"})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	count := func() int {
+		var out struct{ Subscribers int }
+		if err := host.Request(ctx, "room.count", map[string]int{}, &out); err != nil {
+			t.Fatalf("room.count: %v", err)
+		}
+		return out.Subscribers
+	}
+	// presence holds when every node sees n subscribers to "ann", all of them on node 1.
+	presence := func(n int) bool {
+		for i := 0; i < 3; i++ {
+			p := f.Node(i).Topics().Presence("ann")
+			if p.Subscribers != n || len(p.Nodes) != 1 || p.Nodes[0].RID != f.Node(1).ID().RID || p.Nodes[0].Subscribers != n {
+				return false
+			}
+		}
+		return true
+	}
+	announce := func(n int) {
+		t.Helper()
+		var out struct{ Seq uint64 }
+		if err := host.Request(ctx, "room.announce", map[string]int{"n": n}, &out); err != nil || out.Seq != uint64(n) {
+			t.Fatalf("announce %d: %+v %v", n, out, err)
+		}
+	}
+	expect := func(ch chan received, n int, who string) {
+		t.Helper()
+		if r := next(t, ch, who); r.MetaSeq != uint64(n) || string(r.Payload) != `{"n":`+itoa(n)+`}` {
+			t.Fatalf("%s: got %+v, want announcement %d", who, r, n)
+		}
+	}
+
+	eventually(t, "every node and the Actor see the 2 subscribers", func() bool { return presence(2) && count() == 2 })
+	announce(1)
+	expect(leaving, 1, "the leaver, subscribed")
+	expect(witnessing, 1, "the witness")
+
+	var body map[string]any
+	if err := leaver.Request(ctx, "room.leave", map[string]string{}, &body); err != nil || len(body) != 0 {
+		t.Fatalf("room.leave: %v %v", body, err)
+	}
+	eventually(t, "every node and the Actor see exactly 1 subscriber", func() bool { return presence(1) && count() == 1 })
+	announce(2)
+	expect(witnessing, 2, "the witness, after the leaver unsubscribed")
+
+	mustRequest(t, leaver, "room.join", map[string]string{})
+	eventually(t, "the leaver subscribed again", func() bool { return presence(2) && count() == 2 })
+	announce(3)
+	expect(witnessing, 3, "the witness")
+	expect(leaving, 3, "the leaver, subscribed again (announcement 2 reached it while it was unsubscribed)")
+	if n := len(leaving); n != 0 {
+		t.Fatalf("the leaver got %d more messages", n)
+	}
+}
