@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,24 +44,36 @@ func meshnode(t *testing.T, env []string, args ...string) (int, string, string) 
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
-// meshnode --help lists every subcommand and exits 0; so do help COMMAND and a
-// command's --help; the serve flags' help has no garbled line.
+// meshnode --help lists every subcommand the binary has (the command table of
+// cmd/meshnode, read from its source, so a command added later is checked too), in
+// the table's order and nothing else; help COMMAND and COMMAND --help print each
+// one's help and exit 0; the serve flags' help has no garbled line.
 func TestCLIHelpListsEveryCommand(t *testing.T) {
+	commands := commandTable(t)
+	// The table as it stood when this test was written: a command that leaves it
+	// fails here, and so does a table this test no longer finds.
+	for _, cmd := range []string{"serve", "members", "actors", "sessions", "relocate", "drain", "call", "watch", "bench", "config", "version", "help"} {
+		if !slices.Contains(commands, cmd) {
+			t.Errorf("the command table of cmd/meshnode has no %s: %v", cmd, commands)
+		}
+	}
 	code, out, errs := meshnode(t, nil, "--help")
 	if code != 0 {
 		t.Fatalf("meshnode --help exited %d: %s", code, errs)
 	}
-	for _, cmd := range []string{"serve", "members", "actors", "sessions", "relocate", "drain", "call", "bench", "config", "version", "help"} {
-		if !strings.Contains(out, "\n  "+cmd+" ") {
-			t.Errorf("meshnode --help does not list %s:\n%s", cmd, out)
-		}
+	if listed := helpCommands(out); !slices.Equal(listed, commands) {
+		t.Errorf("meshnode --help lists the commands %v, want the table's %v:\n%s", listed, commands, out)
 	}
 	// The flag package takes a back-quoted word of a usage for the flag's value name:
 	// --drain-actors' help read "-drain-actors meshnode drain".
 	if !strings.Contains(out, "  -drain-actors\n") || strings.Contains(out, "-drain-actors meshnode") {
 		t.Errorf("the --drain-actors help is garbled:\n%s", out)
 	}
-	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "bench"}, {"members", "--help"}, {"bench", "-h"}, {"config", "--help"}, {"version", "--help"}} {
+	args := [][]string{{"help"}, {"-h"}, {"bench", "-h"}}
+	for _, cmd := range commands {
+		args = append(args, []string{"help", cmd}, []string{cmd, "--help"})
+	}
+	for _, args := range args {
 		code, out, errs := meshnode(t, nil, args...)
 		if code != 0 || out == "" {
 			t.Errorf("meshnode %v: exit %d, stdout %q, stderr %q", args, code, out, errs)
@@ -65,6 +82,71 @@ func TestCLIHelpListsEveryCommand(t *testing.T) {
 	if code, _, errs := meshnode(t, nil, "bogus"); code != 2 || !strings.Contains(errs, `unknown command "bogus"`) {
 		t.Errorf("meshnode bogus: exit %d, %s", code, errs)
 	}
+}
+
+// commandTable returns the names of the binary's commands, in order: the first field
+// of each entry of the slice that func commands in cmd/meshnode/commands.go returns
+// (package main, which a test cannot import).
+func commandTable(t *testing.T) []string {
+	t.Helper()
+	const file = "../../cmd/meshnode/commands.go"
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "commands" || fn.Recv != nil || fn.Body == nil {
+			continue
+		}
+		for _, st := range fn.Body.List {
+			ret, ok := st.(*ast.ReturnStmt)
+			if !ok || len(ret.Results) != 1 {
+				continue
+			}
+			table, ok := ret.Results[0].(*ast.CompositeLit)
+			if !ok {
+				continue
+			}
+			for _, e := range table.Elts {
+				entry, ok := e.(*ast.CompositeLit)
+				if !ok || len(entry.Elts) == 0 {
+					t.Fatalf("%s: an entry of the command table is not a literal: %T", file, e)
+				}
+				lit, ok := entry.Elts[0].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Fatalf("%s: a command's name is not a string literal: %T", file, entry.Elts[0])
+				}
+				name, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s: no command table found (func commands returning a slice literal)", file)
+	}
+	return names
+}
+
+// helpCommands returns the command names meshnode --help lists under "Commands:",
+// in order: the first word of each line up to the blank line.
+func helpCommands(help string) []string {
+	_, rest, ok := strings.Cut(help, "\nCommands:\n")
+	if !ok {
+		return nil
+	}
+	var names []string
+	for _, line := range strings.Split(rest, "\n") {
+		if strings.TrimSpace(line) == "" {
+			break
+		}
+		names = append(names, strings.Fields(line)[0])
+	}
+	return names
 }
 
 // An unknown MESHNODE_* variable or a misspelt key of the config file stops the start

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/session/connector"
+	"github.com/meshnode/meshnode/session/wire"
 	"github.com/meshnode/meshnode/test/fleet"
 	"github.com/meshnode/meshnode/topic"
 )
@@ -66,14 +67,34 @@ func mustRequest(t *testing.T, c *connector.Connector, name string, v any) {
 	}
 }
 
+// answersEmpty sends the sample's Request name with v in JSON and checks that it
+// succeeds with the reply the sample documents for its topic Requests (subscribe,
+// unsubscribe, publish, room.follow, room.unfollow): exactly {} in JSON.
+func answersEmpty(t *testing.T, c *connector.Connector, name string, v any) {
+	t.Helper()
+	payload, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	r, err := c.RequestRaw(ctx, name, wire.CodecJSON, payload)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, payload, err)
+	}
+	if r.Codec != wire.CodecJSON || string(r.Payload) != "{}" {
+		t.Fatalf("%s %s answered codec %d %q, want codec %d (JSON) {}", name, payload, r.Codec, r.Payload, wire.CodecJSON)
+	}
+}
+
 func subscribe(t *testing.T, c *connector.Connector, topic string) {
 	t.Helper()
-	mustRequest(t, c, "subscribe", map[string]string{"topic": topic})
+	answersEmpty(t, c, "subscribe", map[string]string{"topic": topic})
 }
 
 func publish(t *testing.T, c *connector.Connector, topic string, payload any) {
 	t.Helper()
-	mustRequest(t, c, "publish", map[string]any{"topic": topic, "payload": payload})
+	answersEmpty(t, c, "publish", map[string]any{"topic": topic, "payload": payload})
 }
 
 // next returns the next message on ch, failing the test after wait.

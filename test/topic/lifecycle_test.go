@@ -1,6 +1,7 @@
 package topic_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 const quiet = 300 * time.Millisecond
 
 // Issue 26, item 8: unsubscribe and session close stop delivery, and the registry
-// follows: the node that no longer has subscribers gets no more records.
+// follows: the node that no longer has subscribers gets no more records. So does the
+// sample's room.unfollow. Every topic Request of the sample answers exactly {} (item 6;
+// subscribe and publish check it in their helpers).
 func TestTopics_UnsubscribeAndCloseStopDelivery(t *testing.T) {
 	f := fleet.Start(t, 3, fleet.Options{})
 	leaver := f.Connect(t, 1)
@@ -28,7 +31,7 @@ func TestTopics_UnsubscribeAndCloseStopDelivery(t *testing.T) {
 	next(t, leaving, "before unsubscribing")
 	next(t, staying, "before the close")
 
-	mustRequest(t, leaver, "unsubscribe", map[string]string{"topic": "news"})
+	answersEmpty(t, leaver, "unsubscribe", map[string]string{"topic": "news"})
 	_ = closer.Close()
 	eventually(t, "node 0 knows one subscriber is left", func() bool {
 		p := f.Node(0).Topics().Presence("news")
@@ -43,6 +46,45 @@ func TestTopics_UnsubscribeAndCloseStopDelivery(t *testing.T) {
 	if got := f.Node(0).Topics().Stats().PublishRecords - before; got != 1 {
 		t.Fatalf("%d records for a publish to subscribers on one other node, want 1", got)
 	}
+
+	// room.unfollow: two sessions of node 2 follow a room of node 1 that a session of
+	// node 0 makes say things; after one unfollows, the other still gets what the room
+	// says and it does not. Shown without listening for a silence: it follows again and
+	// the room says one more thing, which must be the next room.said it gets (one
+	// publisher's order holds for every follower, so a message written to it while it
+	// did not follow would come first).
+	room := f.IDOn(t, "room", 1, "room-")
+	unfollower, follower := f.Connect(t, 2), f.Connect(t, 2)
+	unfollowing, following := listen(unfollower, "room.said"), listen(follower, "room.said")
+	answersEmpty(t, unfollower, "room.follow", map[string]string{"actor": room})
+	answersEmpty(t, follower, "room.follow", map[string]string{"actor": room})
+	speaker := f.Connect(t, 0)
+	mustRequest(t, speaker, "bind", map[string]string{"actor": room})
+	say := func(i int) {
+		t.Helper()
+		if err := speaker.Send(context.Background(), "room.say", map[string]int{"i": i}); err != nil {
+			t.Fatalf("room.say %d: %v", i, err)
+		}
+	}
+	said := func(ch chan received, i int, who string) {
+		t.Helper()
+		if r := next(t, ch, who); r.Topic != "room:"+room || r.MetaSeq != uint64(i) || string(r.Payload) != `{"i":`+itoa(i)+`}` {
+			t.Fatalf("%s: got %+v, want room.said %d", who, r, i)
+		}
+	}
+	say(1)
+	said(unfollowing, 1, "the unfollower, following")
+	said(following, 1, "the follower")
+	answersEmpty(t, unfollower, "room.unfollow", map[string]string{"actor": room})
+	if p := f.Node(2).Topics().Presence("room:" + room); p.Subscribers != 1 {
+		t.Fatalf("node 2 counts %d followers after one of 2 unfollowed, want 1", p.Subscribers)
+	}
+	say(2)
+	said(following, 2, "the follower, after the other unfollowed")
+	answersEmpty(t, unfollower, "room.follow", map[string]string{"actor": room})
+	say(3)
+	said(following, 3, "the follower")
+	said(unfollowing, 3, "the unfollower, following again (room.said 2 reached it after room.unfollow)")
 }
 
 // Issue 26, item 8: a node killed with subscribers on it is dropped from the registry
