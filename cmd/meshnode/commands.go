@@ -121,7 +121,7 @@ func commandUsage(fs *flag.FlagSet, name string) {
 		}
 		fs.Usage = func() {
 			w := fs.Output()
-			fmt.Fprintf(w, "Usage: meshnode %s %s\n\n%s.\n\nFlags:\n", c.name, c.args, upperFirst(c.what))
+			fmt.Fprintf(w, "Usage: %s\n\n%s.\n\nFlags:\n", strings.TrimSpace("meshnode "+c.name+" "+c.args), upperFirst(c.what))
 			fs.PrintDefaults()
 		}
 	}
