@@ -45,10 +45,16 @@ type ledgerState struct {
 type ledger struct {
 	st       ledgerState
 	explicit bool
+	// started, when set, is told the balance each Started turn sees.
+	started chan<- int
 }
 
 func (l *ledger) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if l.started != nil {
+			l.started <- l.st.N
+		}
 	case *Deposit:
 		l.st.N += m.N
 		if m.N < 0 {
@@ -454,5 +460,57 @@ func TestPersistence_KindThatPersistsNeedsAStore(t *testing.T) {
 	}
 	if !errors.Is(err, fault.NotConfigured) || !strings.Contains(err.Error(), `"ledger"`) || !strings.Contains(err.Error(), "Kinds[0]") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// startLedgerKind starts n nodes sharing the cluster's store, each hosting the one
+// kind k (a ledger the test watches) and nothing collecting idle Actors.
+func startLedgerKind(t *testing.T, n int, k actor.Kind) *meshtest.Cluster {
+	k.State = func(a actor.Actor) any { return &a.(*ledger).st }
+	return meshtest.Start(t, n, meshtest.Options{Config: func(_ int, cfg *meshnode.Config) {
+		cfg.Kinds, cfg.Messages = []actor.Kind{k}, ledgerMessages
+		cfg.ActorIdleTimeout = -1
+	}})
+}
+
+// Item 1: an activation loads the last saved state before it sees *actor.Started:
+// the Started turn of an Actor activated again (after a deactivation, and on a fresh
+// host over the same store) already has the balance it saved.
+func TestPersistence_StateLoadedBeforeStarted(t *testing.T) {
+	started := make(chan int, 4)
+	c := startLedgerKind(t, 1, actor.Kind{Name: "ledger-seen", Persist: actor.SaveExplicitly,
+		New: func() actor.Actor { return &ledger{explicit: true, started: started} }})
+	h := c.Node(0).Actors()
+	mustDeposit(t, h, "ledger-seen", "acct", 40, 40)
+	if n := testkit.Await(t, started, wait, "the first activation's Started"); n != 0 {
+		t.Fatalf("the first activation's Started saw balance %d, want 0 (never saved)", n)
+	}
+	mustDeposit(t, h, "ledger-seen", "acct", 2, 42)
+
+	h.Deactivate("acct")
+	if err := c.WaitUntil(wait, func() bool { return len(h.Active()) == 0 }); err != nil {
+		t.Fatalf("the activation did not go: %v", err)
+	}
+	mustDeposit(t, h, "ledger-seen", "acct", 0, 42)
+	if n := testkit.Await(t, started, wait, "the second activation's Started"); n != 42 {
+		t.Fatalf("the Started turn after a deactivation saw balance %d, want 42: the state must be loaded before Started", n)
+	}
+	if s := h.StoreStats(); s != (actor.StoreStats{Loads: 2, Saves: 2, Unchanged: 1}) {
+		t.Fatalf("store stats %+v, want exactly 2 loads, 2 saves, 1 unchanged", s)
+	}
+
+	// A fresh host (the node restarted) over the same store.
+	n := c.Restart(0)
+	mustDeposit(t, n.Actors(), "ledger-seen", "acct", 1, 43)
+	if got := testkit.Await(t, started, wait, "the restarted node's activation's Started"); got != 42 {
+		t.Fatalf("the Started turn on a restarted node saw balance %d, want 42", got)
+	}
+	if s := n.Actors().StoreStats(); s != (actor.StoreStats{Loads: 1, Saves: 1}) {
+		t.Fatalf("restarted node's store stats %+v, want exactly 1 load, 1 save", s)
+	}
+	select {
+	case got := <-started:
+		t.Fatalf("an extra Started (balance %d): want exactly three activations", got)
+	default:
 	}
 }
