@@ -47,13 +47,27 @@ type ledger struct {
 	explicit bool
 	// started, when set, is told the balance each Started turn sees.
 	started chan<- int
+	// stopSaves, when set, is told what Save and DeleteState answer in the Stopping
+	// turn of an activation that moved away (which first changes the balance, so that
+	// a save would write something new).
+	stopSaves chan<- stopSave
 }
+
+// stopSave is what a moved-away ledger's Stopping turn got from Save and DeleteState.
+type stopSave struct{ save, del error }
 
 func (l *ledger) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		if l.started != nil {
 			l.started <- l.st.N
+		}
+	case *actor.Stopping:
+		if l.stopSaves != nil && m.Moved {
+			l.st.N += 1000
+			r := stopSave{save: ctx.Save()}
+			r.del = ctx.DeleteState()
+			l.stopSaves <- r
 		}
 	case *Deposit:
 		l.st.N += m.N
@@ -511,6 +525,61 @@ func TestPersistence_StateLoadedBeforeStarted(t *testing.T) {
 	select {
 	case got := <-started:
 		t.Fatalf("an extra Started (balance %d): want exactly three activations", got)
+	default:
+	}
+}
+
+// Item 2: once a move has taken an Actor away, its source activation can neither save
+// nor delete (actor.ErrStateMoved), even from its own Stopping turn: nothing it tries
+// lands in the store, and the target continues the version chain from the source's
+// last save. The refusals are counted as failed saves.
+func TestPersistence_SaveAfterTheMoveFailsStateMoved(t *testing.T) {
+	stops := make(chan stopSave, 4)
+	c := startLedgerKind(t, 2, actor.Kind{Name: "ledger-moving", Persist: actor.SaveEveryTurn,
+		New: func() actor.Actor { return &ledger{stopSaves: stops} }})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	h0, h1 := c.Node(0).Actors(), c.Node(1).Actors()
+	if _, err := h0.LookupOn(ctx, "ledger-moving", "moving", c.Node(0).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		mustDeposit(t, h0, "ledger-moving", "moving", 1, i)
+	}
+	before := stored(t, c.Store(), "ledger-moving", "moving")
+	if before.Version != 4 {
+		t.Fatalf("before the move: version %d, want 4 (claim, three saves)", before.Version)
+	}
+	if _, err := h0.Relocate(ctx, "moving", c.Node(1).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	// The source's Stopping turn (it moved away) tries to save a changed state, then to
+	// delete it.
+	got := testkit.Await(t, stops, wait, "the moved-away source's Stopping turn")
+	for what, err := range map[string]error{"Save": got.save, "DeleteState": got.del} {
+		if !errors.Is(err, actor.ErrStateMoved) || !errors.Is(err, fault.InvalidOperation) {
+			t.Errorf("%s from the moved-away source: %v, want actor.ErrStateMoved", what, err)
+		}
+	}
+	if r := stored(t, c.Store(), "ledger-moving", "moving"); r.Version != before.Version || !bytes.Equal(r.Data, before.Data) {
+		t.Fatalf("the moved-away source changed the record: version %d (was %d)", r.Version, before.Version)
+	}
+	// The target continues the chain: its first save expects the source's version.
+	mustDeposit(t, h0, "ledger-moving", "moving", 1, 4)
+	r := stored(t, c.Store(), "ledger-moving", "moving")
+	want := actor.EncodeStateEnvelope(1, mustMsgpack(t, ledgerState{N: 4}))
+	if r.Version != before.Version+1 || !bytes.Equal(r.Data, want) {
+		t.Fatalf("after one save on the target: version %d, want %d, and data %q, want %q", r.Version, before.Version+1, r.Data, want)
+	}
+	if s := h0.StoreStats(); s != (actor.StoreStats{Loads: 1, Saves: 3, SaveFailures: 2}) {
+		t.Fatalf("source's store stats %+v, want 1 load, 3 saves, 2 refused (counted as failed saves)", s)
+	}
+	if s := h1.StoreStats(); s != (actor.StoreStats{Saves: 1}) {
+		t.Fatalf("target's store stats %+v, want exactly 1 save (the chain continues, no claim)", s)
+	}
+	select {
+	case s := <-stops:
+		t.Fatalf("a second moved-away Stopping turn: %+v", s)
 	default:
 	}
 }
