@@ -107,7 +107,7 @@ type StoreStats struct {
 	Corrupt      int64 // stored states that did not decode (the activation failed)
 	Saves        int64 // states written
 	Unchanged    int64 // saves skipped: the state encoded as what was last written
-	SaveFailures int64 // saves that failed, conflicts and unknown outcomes included
+	SaveFailures int64 // saves that failed, conflicts, unknown outcomes and writes refused after a move (ErrStateMoved) included
 	Conflicts    int64 // saves refused by the fence (a newer activation claimed the record)
 	Unknown      int64 // saves whose outcome is unknown (timed out)
 	TooLarge     int64 // saves refused because the state is over the store's limit
@@ -261,6 +261,7 @@ func (c *Context) DeleteState() error {
 
 func (s *shell) saveAllowed() error {
 	if s.holding || s.movedAway || s.forwardTo != nil {
+		s.h.storeCounts.saveFailures.Add(1) // a stale activation's write, refused: counted
 		return fmt.Errorf("%w: %s", ErrStateMoved, s.act.fence.Ref)
 	}
 	if p := s.act.persist; p.failed != nil {
@@ -446,7 +447,7 @@ func (h *Host) registerStoreMetrics(mp metric.MeterProvider) error {
 		{"meshnode.store.corrupt", "Stored states that did not decode (the activation did not start; the record is kept).", func(s StoreStats) int64 { return s.Corrupt }},
 		{"meshnode.store.saves", "States written.", func(s StoreStats) int64 { return s.Saves }},
 		{"meshnode.store.unchanged", "Saves skipped because the state was the one last written.", func(s StoreStats) int64 { return s.Unchanged }},
-		{"meshnode.store.save_failures", "Saves that failed (conflicts, unknown outcomes and too large included).", func(s StoreStats) int64 { return s.SaveFailures }},
+		{"meshnode.store.save_failures", "Saves that failed (conflicts, unknown outcomes, too large, and saves or deletes refused after a move included).", func(s StoreStats) int64 { return s.SaveFailures }},
 		{"meshnode.store.conflicts", "Saves refused by the fence: a newer activation had claimed the record.", func(s StoreStats) int64 { return s.Conflicts }},
 		{"meshnode.store.unknown_outcomes", "Saves whose outcome is unknown (timed out).", func(s StoreStats) int64 { return s.Unknown }},
 		{"meshnode.store.too_large", "Saves refused because the state was over the store's limit.", func(s StoreStats) int64 { return s.TooLarge }},

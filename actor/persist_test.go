@@ -45,10 +45,30 @@ type ledgerState struct {
 type ledger struct {
 	st       ledgerState
 	explicit bool
+	// started, when set, is told the balance each Started turn sees.
+	started chan<- int
+	// stopSaves, when set, is told what Save and DeleteState answer in the Stopping
+	// turn of an activation that moved away (which first changes the balance, so that
+	// a save would write something new).
+	stopSaves chan<- stopSave
 }
+
+// stopSave is what a moved-away ledger's Stopping turn got from Save and DeleteState.
+type stopSave struct{ save, del error }
 
 func (l *ledger) Receive(ctx *actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if l.started != nil {
+			l.started <- l.st.N
+		}
+	case *actor.Stopping:
+		if l.stopSaves != nil && m.Moved {
+			l.st.N += 1000
+			r := stopSave{save: ctx.Save()}
+			r.del = ctx.DeleteState()
+			l.stopSaves <- r
+		}
 	case *Deposit:
 		l.st.N += m.N
 		if m.N < 0 {
@@ -454,5 +474,112 @@ func TestPersistence_KindThatPersistsNeedsAStore(t *testing.T) {
 	}
 	if !errors.Is(err, fault.NotConfigured) || !strings.Contains(err.Error(), `"ledger"`) || !strings.Contains(err.Error(), "Kinds[0]") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// startLedgerKind starts n nodes sharing the cluster's store, each hosting the one
+// kind k (a ledger the test watches) and nothing collecting idle Actors.
+func startLedgerKind(t *testing.T, n int, k actor.Kind) *meshtest.Cluster {
+	k.State = func(a actor.Actor) any { return &a.(*ledger).st }
+	return meshtest.Start(t, n, meshtest.Options{Config: func(_ int, cfg *meshnode.Config) {
+		cfg.Kinds, cfg.Messages = []actor.Kind{k}, ledgerMessages
+		cfg.ActorIdleTimeout = -1
+	}})
+}
+
+// Item 1: an activation loads the last saved state before it sees *actor.Started:
+// the Started turn of an Actor activated again (after a deactivation, and on a fresh
+// host over the same store) already has the balance it saved.
+func TestPersistence_StateLoadedBeforeStarted(t *testing.T) {
+	started := make(chan int, 4)
+	c := startLedgerKind(t, 1, actor.Kind{Name: "ledger-seen", Persist: actor.SaveExplicitly,
+		New: func() actor.Actor { return &ledger{explicit: true, started: started} }})
+	h := c.Node(0).Actors()
+	mustDeposit(t, h, "ledger-seen", "acct", 40, 40)
+	if n := testkit.Await(t, started, wait, "the first activation's Started"); n != 0 {
+		t.Fatalf("the first activation's Started saw balance %d, want 0 (never saved)", n)
+	}
+	mustDeposit(t, h, "ledger-seen", "acct", 2, 42)
+
+	h.Deactivate("acct")
+	if err := c.WaitUntil(wait, func() bool { return len(h.Active()) == 0 }); err != nil {
+		t.Fatalf("the activation did not go: %v", err)
+	}
+	mustDeposit(t, h, "ledger-seen", "acct", 0, 42)
+	if n := testkit.Await(t, started, wait, "the second activation's Started"); n != 42 {
+		t.Fatalf("the Started turn after a deactivation saw balance %d, want 42: the state must be loaded before Started", n)
+	}
+	if s := h.StoreStats(); s != (actor.StoreStats{Loads: 2, Saves: 2, Unchanged: 1}) {
+		t.Fatalf("store stats %+v, want exactly 2 loads, 2 saves, 1 unchanged", s)
+	}
+
+	// A fresh host (the node restarted) over the same store.
+	n := c.Restart(0)
+	mustDeposit(t, n.Actors(), "ledger-seen", "acct", 1, 43)
+	if got := testkit.Await(t, started, wait, "the restarted node's activation's Started"); got != 42 {
+		t.Fatalf("the Started turn on a restarted node saw balance %d, want 42", got)
+	}
+	if s := n.Actors().StoreStats(); s != (actor.StoreStats{Loads: 1, Saves: 1}) {
+		t.Fatalf("restarted node's store stats %+v, want exactly 1 load, 1 save", s)
+	}
+	select {
+	case got := <-started:
+		t.Fatalf("an extra Started (balance %d): want exactly three activations", got)
+	default:
+	}
+}
+
+// Item 2: once a move has taken an Actor away, its source activation can neither save
+// nor delete (actor.ErrStateMoved), even from its own Stopping turn: nothing it tries
+// lands in the store, and the target continues the version chain from the source's
+// last save. The refusals are counted as failed saves.
+func TestPersistence_SaveAfterTheMoveFailsStateMoved(t *testing.T) {
+	stops := make(chan stopSave, 4)
+	c := startLedgerKind(t, 2, actor.Kind{Name: "ledger-moving", Persist: actor.SaveEveryTurn,
+		New: func() actor.Actor { return &ledger{stopSaves: stops} }})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	h0, h1 := c.Node(0).Actors(), c.Node(1).Actors()
+	if _, err := h0.LookupOn(ctx, "ledger-moving", "moving", c.Node(0).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		mustDeposit(t, h0, "ledger-moving", "moving", 1, i)
+	}
+	before := stored(t, c.Store(), "ledger-moving", "moving")
+	if before.Version != 4 {
+		t.Fatalf("before the move: version %d, want 4 (claim, three saves)", before.Version)
+	}
+	if _, err := h0.Relocate(ctx, "moving", c.Node(1).ID().RID); err != nil {
+		t.Fatal(err)
+	}
+	// The source's Stopping turn (it moved away) tries to save a changed state, then to
+	// delete it.
+	got := testkit.Await(t, stops, wait, "the moved-away source's Stopping turn")
+	for what, err := range map[string]error{"Save": got.save, "DeleteState": got.del} {
+		if !errors.Is(err, actor.ErrStateMoved) || !errors.Is(err, fault.InvalidOperation) {
+			t.Errorf("%s from the moved-away source: %v, want actor.ErrStateMoved", what, err)
+		}
+	}
+	if r := stored(t, c.Store(), "ledger-moving", "moving"); r.Version != before.Version || !bytes.Equal(r.Data, before.Data) {
+		t.Fatalf("the moved-away source changed the record: version %d (was %d)", r.Version, before.Version)
+	}
+	// The target continues the chain: its first save expects the source's version.
+	mustDeposit(t, h0, "ledger-moving", "moving", 1, 4)
+	r := stored(t, c.Store(), "ledger-moving", "moving")
+	want := actor.EncodeStateEnvelope(1, mustMsgpack(t, ledgerState{N: 4}))
+	if r.Version != before.Version+1 || !bytes.Equal(r.Data, want) {
+		t.Fatalf("after one save on the target: version %d, want %d, and data %q, want %q", r.Version, before.Version+1, r.Data, want)
+	}
+	if s := h0.StoreStats(); s != (actor.StoreStats{Loads: 1, Saves: 3, SaveFailures: 2}) {
+		t.Fatalf("source's store stats %+v, want 1 load, 3 saves, 2 refused (counted as failed saves)", s)
+	}
+	if s := h1.StoreStats(); s != (actor.StoreStats{Saves: 1}) {
+		t.Fatalf("target's store stats %+v, want exactly 1 save (the chain continues, no claim)", s)
+	}
+	select {
+	case s := <-stops:
+		t.Fatalf("a second moved-away Stopping turn: %+v", s)
+	default:
 	}
 }

@@ -232,6 +232,10 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 		out.Records.DropsTotal += n
 	}
 	out.Health = d.health()
+	if out.Health.Ready && out.Store != nil && !out.Store.OK {
+		// As /readyz: not ready while the store does not answer.
+		out.Health.Ready, out.Health.NotReady = false, out.Store.notReady()
+	}
 	return out
 }
 

@@ -74,7 +74,9 @@ func startBinary(t *testing.T, args ...string) (addrs map[string]string, stop fu
 // startBinaryLogging is startBinary with the node's log written to stderr.
 func startBinaryLogging(t *testing.T, stderr io.Writer, args ...string) (addrs map[string]string, stop func() error) {
 	t.Helper()
-	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
+	// A test that unset MESHNODE_DATA_DIR (and moved to a directory of its own) wants
+	// the default data dir.
+	if _, set := os.LookupEnv("MESHNODE_DATA_DIR"); set && !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--store") {
 		args = append(args, "--data-dir", t.TempDir())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,6 +99,10 @@ func startBinaryLogging(t *testing.T, stderr io.Writer, args ...string) (addrs m
 				addrs["rid"] = f[2]
 				addrs["generation"] = strings.TrimSuffix(f[4], ",")
 				addrs["mesh"] = strings.TrimSuffix(f[6], ",")
+			case strings.HasPrefix(line, "meshnode: data dir "):
+				addrs["data-dir"] = strings.TrimPrefix(line, "meshnode: data dir ")
+			case strings.HasPrefix(line, "meshnode: store "):
+				addrs["store"] = strings.TrimPrefix(line, "meshnode: store ")
 			case strings.HasPrefix(line, "meshnode: stream "):
 				ep := strings.TrimPrefix(line, "meshnode: stream ")
 				addrs[ep[:strings.Index(ep, "://")]] = ep
@@ -140,12 +146,28 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 // The binary serves the sample app: echo request, echo send, fail; the admin address
 // answers health, readiness and metrics; cancelling (SIGINT) drains the session with
-// session-closing ServerDrain.
+// session-closing ServerDrain. With no --data-dir or --store it keeps its state in the
+// embedded store under ./meshnode-data/<node id> and says so at start-up.
 func TestBinaryServesSampleAppAndDrains(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("MESHNODE_DATA_DIR", "")    // restored after the test: TestMain's, for nodes
+	_ = os.Unsetenv("MESHNODE_DATA_DIR") // here the default is the point
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	addrs, stop := startBinary(t, "--stream", "tcp://127.0.0.1:0", "--stream", "ws://127.0.0.1:0/", "--admin", "127.0.0.1:0",
 		"--mesh", "127.0.0.1:0", "--remote", "127.0.0.1:0", "--node-id", "solo")
 	if addrs["ws"] == "" || addrs["tcp"] == "" || addrs["admin"] == "" {
 		t.Fatalf("printed addresses %v", addrs)
+	}
+	dataDir := filepath.Join("meshnode-data", "solo")
+	dbPath := filepath.Join(wd, dataDir, "state.db")
+	if want := "bolt " + dbPath + " (this node only)"; addrs["data-dir"] != dataDir || addrs["store"] != want {
+		t.Fatalf("start-up said data dir %q and store %q, want %q and %q", addrs["data-dir"], addrs["store"], dataDir, want)
+	}
+	if _, err := os.Stat(dbPath); err != nil {
+		t.Fatalf("the embedded store's file: %v", err)
 	}
 	nc, err := net.Dial("tcp", strings.TrimPrefix(addrs["tcp"], "tcp://"))
 	if err != nil {

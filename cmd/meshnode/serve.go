@@ -285,7 +285,7 @@ func adminMux(c adminConfig) *http.ServeMux {
 		if ready.why() == "" {
 			// Ready as a member; not while its Actor state store cannot be reached.
 			if h := storeHealth(r.Context(), node.Store()); !h.OK {
-				http.Error(w, "not ready: store "+h.Name+" "+h.Location+": "+h.Error, http.StatusServiceUnavailable)
+				http.Error(w, "not ready: "+h.notReady(), http.StatusServiceUnavailable)
 				return
 			}
 		}

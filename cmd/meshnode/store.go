@@ -46,6 +46,12 @@ type storeHealthJSON struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// notReady is why the node is not ready while its store does not answer (/readyz
+// and GET /v1/node's health say the same).
+func (h storeHealthJSON) notReady() string {
+	return "store " + h.Name + " " + h.Location + ": " + h.Error
+}
+
 // storeHealth pings the store (at most a second).
 func storeHealth(ctx context.Context, st store.Store) storeHealthJSON {
 	if st == nil {
