@@ -232,9 +232,15 @@ func (d *dashboard) nodeFigures() *nodeJSON {
 		out.Records.DropsTotal += n
 	}
 	out.Health = d.health()
+	// As /readyz: not ready while the store does not answer or the mesh certificate
+	// has expired.
 	if out.Health.Ready && out.Store != nil && !out.Store.OK {
-		// As /readyz: not ready while the store does not answer.
 		out.Health.Ready, out.Health.NotReady = false, out.Store.notReady()
+	}
+	if out.Health.Ready {
+		if notReady, _ := securityReadiness(d.node, time.Now()); notReady != "" {
+			out.Health.Ready, out.Health.NotReady = false, notReady
+		}
 	}
 	return out
 }

@@ -453,6 +453,17 @@ func TestReadyz_ExpiredCertificateIs503UntilARenewedOneIsLoaded(t *testing.T) {
 	if code != http.StatusServiceUnavailable || body != want {
 		t.Fatalf("/readyz once the certificate expired: %d %q, want 503 %q", code, body, want)
 	}
+	// GET /v1/node's health says what /readyz says (the dashboard shows it).
+	var nv struct {
+		Health struct {
+			Ready    bool   `json:"ready"`
+			NotReady string `json:"notReady"`
+		} `json:"health"`
+	}
+	if code, body, _ := call(t, plainClient, "GET", "http://"+addrs["admin"]+"/v1/node", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &nv) != nil ||
+		nv.Health.Ready || "not ready: "+nv.Health.NotReady+"\n" != want {
+		t.Fatalf("/v1/node once the certificate expired: %d health %+v, want not ready as /readyz says", code, nv.Health)
+	}
 	_, text, _ := call(t, plainClient, "GET", "http://"+addrs["admin"]+"/metrics", "")
 	if v := proc.Sum(text, "meshnode_mesh_tls_cert_expiry_seconds"); v >= 0 {
 		t.Fatalf("meshnode_mesh_tls_cert_expiry_seconds = %v once expired, want < 0", v)
