@@ -134,6 +134,15 @@ var rows = []row{
 		goal: 1025, runs: []float64{1024, 1024, 1024},
 		why: "a bound: the session queue's soft limit, 1,024 KiB, whatever the machine; the benchmark fails by itself past one event over or under it"},
 
+	// Actor state (docs/persistence.md): a save through the Actor API (a request whose
+	// turn saves, then replies) in alternation with a plain write to the same store. The
+	// persistence issue asked for >= 80% of the raw store: the target; the goal sits
+	// 15-20% short of this machine's median, whose fsyncs take 0.5-3 ms.
+	{label: "save through the Actor API vs a plain bbolt put, interleaved", bench: "PersistenceSaveBolt", unit: "x-rawbolt-time",
+		goal: 0.70, target: 0.80, runs: []float64{1 / 1.192, 1 / 1.110, 1 / 1.233}},
+	{label: "save through the Actor API vs a plain pgx upsert, interleaved", bench: "PersistenceSavePostgres", unit: "x-rawpgx-time",
+		goal: 0.68, target: 0.80, runs: []float64{1 / 1.215, 1 / 1.202, 1 / 1.286}},
+
 	// Targets of open issues, in alternation where measured so.
 	{label: "(d) pipelined Sends, session reusing them, vs raw TCP pipelined, interleaved", bench: "ConnectorPipelinedSendInterleaved", unit: "x-raw-pipelined-time",
 		target: 0.15, runs: []float64{1 / 9.295, 1 / 9.242, 1 / 9.724}},
@@ -163,6 +172,8 @@ var rows = []row{
 		runs: []float64{9.074, 11.56, 13.35}},
 	{label: "events to one subscriber that does not read, until its bound trips", bench: "ServiceEventsUntilBound", unit: "events/s",
 		runs: []float64{215739, 252176, 264996}},
+	{label: "a turn that saves (bbolt) vs the same turn of a kind that does not persist, interleaved", bench: "PersistenceTurnCost", unit: "x-memory-time",
+		runs: []float64{1 / 48.08, 1 / 47.43, 1 / 41.02}},
 
 	// Shown without a goal: the same figures run apart, and where the time goes.
 	{label: "(b) connector echo, 1 conn, vs (a) raw TCP ping-pong", bench: "ConnectorEcho", baseline: "RawTCPPingPong", runs: []float64{0.550, 0.789, 0.578}},
