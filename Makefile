@@ -58,8 +58,8 @@ postgresql:
 
 ## bench: the benchmarks, with their baselines in the same run, then the report of
 ## docs/benchmarks.md's goals; fails when a benchmark fails, or a goal is missed or
-## not measured
-bench:
+## not measured (PostgreSQL is installed first when missing: the store benchmarks start a server)
+bench: postgresql
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./session/... ./mesh/... ./actor/... ./test/... | tee bench.out
 	$(GO) run ./test/benchreport < bench.out
 
