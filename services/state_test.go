@@ -505,3 +505,18 @@ func listenersShareOne(t *testing.T, conns []services.Connection, writer service
 }
 
 var _ = errors.Is
+
+// A provider may write a state from its own goroutine while the state is being
+// provided: a job started before the reference to it is made (the index fixture does
+// so). Making the reference reads the state's initial-value error; under -race this
+// failed while that read took no lock (found by TestIssue28_ReferenceClosedByItsProvider).
+func TestState_WrittenWhileItIsProvided(t *testing.T) {
+	for i := 0; i < 300; i++ {
+		st := services.NewState(0)
+		done := make(chan struct{})
+		go func() { _ = st.Set(context.Background(), 1); close(done) }()
+		ref := services.NewRef(IndexJobToken, &IndexJob{Progress: st})
+		<-done
+		ref.Close()
+	}
+}
