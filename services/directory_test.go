@@ -3,6 +3,7 @@ package services_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/testkit"
 	"github.com/meshnode/meshnode/services"
 )
@@ -46,6 +48,33 @@ func (w *dirWatch) sawEvent(typ, id string) bool {
 	return false
 }
 
+// statuses returns the statuses the events of session id carried, in order.
+func (w *dirWatch) statuses(id string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, ev := range w.events {
+		if ev.Session != nil && ev.Session.Session == id {
+			out = append(out, ev.Session.Status)
+		}
+	}
+	return out
+}
+
+// activeDirectoryEvents waits until watch hears the directory's events. Events are
+// never replayed: the watcher hears what is created once its subscription is active,
+// which a probe session p creates shows.
+func activeDirectoryEvents(t *testing.T, p *presentation, watch *dirWatch) {
+	t.Helper()
+	probes := 0
+	eventually(t, "the watcher's events subscription is active", func() bool {
+		probes++
+		id := "dirprobe-" + strconv.Itoa(probes)
+		p.create(t, id)
+		return testkit.Within(200*time.Millisecond, func() bool { return watch.sawEvent("created", id) })
+	})
+}
+
 // watchDirectory makes a presentation on node i that follows the directory.
 func (f *svcFleet) watchDirectory(t *testing.T, i int, tr string) (*presentation, *dirWatch) {
 	t.Helper()
@@ -71,15 +100,7 @@ func TestSessionDirectory_FollowsSessionsAcrossTheFleet(t *testing.T) {
 	p := f.present(t, 0, "stream")
 	_, watch := f.watchDirectory(t, 2, "loopback")
 	q := f.present(t, 2, "stream")
-	// Events are never replayed: the watcher hears what is created once its
-	// subscription is active, which a probe session shows.
-	probes := 0
-	eventually(t, "the watcher's events subscription is active", func() bool {
-		probes++
-		id := "dirprobe-" + strconv.Itoa(probes)
-		p.create(t, id)
-		return testkit.Within(200*time.Millisecond, func() bool { return watch.sawEvent("created", id) })
-	})
+	activeDirectoryEvents(t, p, watch)
 	p.create(t, w)
 	node1 := f.Node(1).ID().RID
 	eventually(t, "the directory on node 2 shows the session active on node 1", func() bool {
@@ -156,6 +177,100 @@ func TestSessionDirectory_WorkerNodeDies(t *testing.T) {
 	eventually(t, "active on a survivor after an attach", func() bool {
 		s, _ := watch.summary(w)
 		return s.Status == services.StatusActive && s.Node != "" && s.Node != dead && slices.Equal(s.Attached, []string{p.id})
+	})
+}
+
+// Issue 28, item 5: a session no worker runs for is idle (no node, nobody attached)
+// in the directory, its state and its events, whether its worker was stopped or
+// collected when idle (a created session nobody attached to, on a node whose Actors
+// are collected after 300 ms of silence); the next attach starts a worker and the
+// session is active again.
+func TestSessionDirectory_IdleWhenItsWorkerStops(t *testing.T) {
+	t.Run("stopped", func(t *testing.T) {
+		f := startSvcFleet(t, 2, nil)
+		w := f.workerOn(t, 1, "stop-")
+		p := f.present(t, 0, "stream")
+		_, watch := f.watchDirectory(t, 0, "loopback")
+		activeDirectoryEvents(t, p, watch)
+		p.create(t, w)
+		node1 := f.Node(1).ID().RID
+		eventually(t, "active on node 1", func() bool {
+			s, _ := watch.summary(w)
+			return s.Status == services.StatusActive && s.Node == node1
+		})
+		f.Node(1).Actors().Deactivate(w)
+		idleThenActive(t, f, p, watch, w, func() {})
+	})
+	t.Run("idle-collected", func(t *testing.T) {
+		const idle = 300 * time.Millisecond
+		f := startSvcFleetWith(t, 2, nil, func(i int, cfg *meshnode.Config) {
+			if i == 1 {
+				cfg.ActorIdleTimeout = idle
+			}
+		})
+		w := f.workerOn(t, 1, "collect-")
+		p := f.present(t, 0, "stream")
+		_, watch := f.watchDirectory(t, 0, "loopback")
+		activeDirectoryEvents(t, p, watch)
+		// The sessions directory may run on node 1 too: a request to it (a remove of a
+		// session nobody created) every 50 ms keeps it from being collected, so that
+		// the status is the worker's report, not what a fresh directory assumes. That
+		// it stayed the same activation is checked at the end.
+		var last time.Time
+		poke := func() {
+			if time.Since(last) < idle/6 {
+				return
+			}
+			last = time.Now()
+			if _, err := p.mgmt.Remove.Call(callCtx(t), services.SessionRef{Session: "nobody-created-this"}); !errors.Is(err, services.ErrUnknownSession) {
+				t.Fatalf("removing a session nobody created: %v", err)
+			}
+		}
+		dir, err := f.Node(0).Actors().Lookup(callCtx(t), services.DirectoryKind, services.DirectoryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.create(t, w)
+		idleThenActive(t, f, p, watch, w, poke)
+		after, err := f.Node(0).Actors().Lookup(callCtx(t), services.DirectoryKind, services.DirectoryID)
+		if err != nil || after.ObjectGeneration != dir.ObjectGeneration || after.Node != dir.Node {
+			t.Fatalf("the sessions directory was activated again meanwhile: %+v -> %+v (%v)", dir, after, err)
+		}
+	})
+}
+
+// idleThenActive checks that session w, whose worker on node 1 stops (or is stopped),
+// turns idle in watch's directory, state and events, after it was active; then that
+// p's attach makes it active on node 1 again, with p attached. poke runs in every
+// poll.
+func idleThenActive(t *testing.T, f *svcFleet, p *presentation, watch *dirWatch, w string, poke func()) {
+	t.Helper()
+	eventually(t, "idle once its worker no longer runs", func() bool {
+		poke()
+		s, ok := watch.summary(w)
+		return ok && s.Status == services.StatusIdle && s.Node == "" && len(s.Attached) == 0
+	})
+	for _, a := range f.Node(1).Actors().Active() {
+		if a.ID == w {
+			t.Fatalf("session %s is idle while its worker runs: %+v", w, a)
+		}
+	}
+	eventually(t, "the events say active, then idle", func() bool {
+		poke()
+		st := watch.statuses(w)
+		i := slices.Index(st, services.StatusActive)
+		return i >= 0 && slices.Contains(st[i+1:], services.StatusIdle)
+	})
+	p.attach(t, w)
+	node1 := f.Node(1).ID().RID
+	eventually(t, "active again after an attach", func() bool {
+		poke()
+		s, _ := watch.summary(w)
+		return s.Status == services.StatusActive && s.Node == node1 && slices.Equal(s.Attached, []string{p.id})
+	})
+	eventually(t, "the last event says active", func() bool {
+		st := watch.statuses(w)
+		return st[len(st)-1] == services.StatusActive
 	})
 }
 

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/testkit"
@@ -175,6 +178,125 @@ func TestR29_EventSubscriptionsAreCleanedUp(t *testing.T) {
 			rig.closeNewest()
 			eventually(t, "closing the consumer ends its subscriptions", func() bool { return rig.subscriptions() == before })
 		})
+	}
+}
+
+// Issue 28, item 2: trace metadata on every event. Each event a listener hears runs
+// under a context rebuilt from its emitter's trace (a DeliveryEvent whose
+// services.deliver span is a child of the rpc.server span of the call that emitted
+// it), event by event: two events of one emitting call are in its trace, the event of
+// another call in that call's. Over loopback and STREAM to a server's board, and from a
+// presentation on node 0 over STREAM and loopback to a worker on node 1 (across the
+// mesh).
+func TestIssue28_EveryEventCarriesItsEmittersTrace(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), TracerProvider: tp}, boardFacet("p", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = provider.Close(context.Background()) })
+			conn, _ := tr.connect(t, provider)
+			eventsCarryTraces(t, rec, tp, []services.Connection{conn})
+		})
+	}
+	for _, tr := range presentationTransports {
+		t.Run("session-"+tr, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.TracerProvider = tp })
+			w := f.workerOn(t, 1, "traced-")
+			p := f.connectPresentation(t, 0, tr)
+			for _, m := range []string{"create", "attach"} {
+				if _, err := p.server.Call(callCtx(t), services.Call{Service: services.SessionManagementToken.ID(), Member: m,
+					Args: json.RawMessage(`{"session":"` + w + `"}`)}); err != nil {
+					t.Fatalf("%s %s: %v", m, w, err)
+				}
+			}
+			eventsCarryTraces(t, rec, tp, []services.Connection{p.server, p.session})
+		})
+	}
+}
+
+// eventsCarryTraces subscribes to the board's moves in a consumer host over conns and
+// checks the trace of each event of two emitting calls.
+func eventsCarryTraces(t *testing.T, rec *tracetest.SpanRecorder, tp *sdktrace.TracerProvider, conns []services.Connection) {
+	t.Helper()
+	var b *Board
+	var s seen
+	consumer, err := services.NewHost(context.Background(), services.HostOptions{Name: "consumer", Connections: conns, Logger: quiet(), TracerProvider: tp},
+		services.Facet{ID: "ui", Setup: func(env *services.Env) {
+			b = services.Use(env, BoardToken)
+			b.Moves.Subscribe(s.move)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = consumer.Close(context.Background()) })
+	activeEvents(t, b, &s)
+
+	emit := func(name string, from, count int) trace.TraceID {
+		ctx, span := tp.Tracer("test").Start(callCtx(t), name)
+		defer span.End()
+		if _, err := b.Emit.Call(ctx, BurstArgs{From: from, Count: count}); err != nil {
+			t.Fatal(err)
+		}
+		return span.SpanContext().TraceID()
+	}
+	first := emit("emitter-1", 1, 2)
+	second := emit("emitter-2", 3, 1)
+	eventually(t, "the three events", func() bool { return len(afterProbes(&s)) == 3 })
+	want := map[int]trace.TraceID{1: first, 2: first, 3: second}
+
+	s.mu.Lock()
+	type heard struct {
+		n   int
+		ctx context.Context
+	}
+	var events []heard
+	for i, n := range s.vals {
+		if n >= 0 {
+			events = append(events, heard{n, s.ctxs[i]})
+		}
+	}
+	s.mu.Unlock()
+	deliverSpans := map[trace.SpanID]bool{}
+	for _, ev := range events {
+		d, _ := services.DeliveryOf(ev.ctx)
+		sc := trace.SpanContextFromContext(ev.ctx)
+		if d.Kind != services.DeliveryEvent || !sc.IsValid() {
+			t.Fatalf("event %d: delivery %+v, span %v: want an event delivery under a span", ev.n, d, sc)
+		}
+		if sc.TraceID() != want[ev.n] {
+			t.Fatalf("event %d heard in trace %v, want its emitter's %v", ev.n, sc.TraceID(), want[ev.n])
+		}
+		if deliverSpans[sc.SpanID()] {
+			t.Fatalf("event %d shares its delivery span with another event", ev.n)
+		}
+		deliverSpans[sc.SpanID()] = true
+		// The delivery's span is a child of the emitting call's rpc.server span.
+		span, ok := trace.SpanFromContext(ev.ctx).(sdktrace.ReadOnlySpan)
+		if !ok || span.Name() != "services.deliver" {
+			t.Fatalf("event %d: the listener's span is %T, want the consumer's services.deliver span", ev.n, trace.SpanFromContext(ev.ctx))
+		}
+		parent := span.Parent().SpanID()
+		eventually(t, "the emitting call's span ends", func() bool {
+			for _, e := range rec.Ended() {
+				if e.SpanContext().SpanID() == parent {
+					return true
+				}
+			}
+			return false
+		})
+		for _, e := range rec.Ended() {
+			if e.SpanContext().SpanID() == parent && (e.Name() != "rpc.server" || e.SpanContext().TraceID() != want[ev.n]) {
+				t.Fatalf("event %d: its delivery's parent is %q in trace %v, want the emitting call's rpc.server", ev.n, e.Name(), e.SpanContext().TraceID())
+			}
+		}
 	}
 }
 

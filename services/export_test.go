@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshnode/meshnode/actor"
@@ -120,6 +121,33 @@ func (h heldSnapshots) subscribeReq(ctx context.Context, session bool, a subAddr
 }
 
 func (h heldSnapshots) unsubscribeReq(session bool, a subAddr) { h.inner.unsubscribeReq(session, a) }
+
+// CountSubscribes counts the subscribe and unsubscribe requests c's subscriptions send
+// to its provider from now on (both scopes of a connection share them).
+func CountSubscribes(c Connection) (subscribes, unsubscribes func() int64) {
+	cs, _ := c.(subscriber).subscriptions()
+	n := &countedSubs{}
+	cs.mu.Lock()
+	n.inner = cs.t
+	cs.t = n
+	cs.mu.Unlock()
+	return n.subs.Load, n.unsubs.Load
+}
+
+type countedSubs struct {
+	inner        subTransport
+	subs, unsubs atomic.Int64
+}
+
+func (c *countedSubs) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+	c.subs.Add(1)
+	return c.inner.subscribeReq(ctx, session, a)
+}
+
+func (c *countedSubs) unsubscribeReq(session bool, a subAddr) {
+	c.unsubs.Add(1)
+	c.inner.unsubscribeReq(session, a)
+}
 
 // SetDirUpdates lowers the bound of directory changes an observation queues for a
 // test; the returned function restores it.

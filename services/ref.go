@@ -194,10 +194,17 @@ func (f *facade) bindRef(o *refObject) {
 	}
 }
 
-// close ends the object everywhere it is registered.
+// close ends the object everywhere it is registered. Its slots close first, so that
+// every subscriber is told (stale_reference) before its endpoint forgets the handle
+// and the subscription with it: the other way round the subscribers were dropped
+// silently, and a holder's replica of an ended reference looked live for ever.
 func (o *refObject) close() {
 	if !o.closed.CompareAndSwap(false, true) {
 		return
+	}
+	why := &Error{Code: CodeStaleReference, Message: "the reference was closed"}
+	for _, sl := range o.slots {
+		sl.close(why)
 	}
 	o.mu.Lock()
 	owners := o.owners
@@ -205,10 +212,6 @@ func (o *refObject) close() {
 	o.mu.Unlock()
 	for e, handle := range owners {
 		e.dropRef(handle)
-	}
-	why := &Error{Code: CodeStaleReference, Message: "the reference was closed"}
-	for _, sl := range o.slots {
-		sl.close(why)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/services"
 )
 
@@ -45,7 +46,11 @@ var IndexToken = services.Define("test.index", func(d *services.Describer, x *In
 
 // indexFacet provides Index: each job is a goroutine of its own (service-owned work:
 // its own context, stopped only by Cancel or the host's end), one step every ms.
-func indexFacet() services.Facet {
+func indexFacet() services.Facet { return indexFacetWith(nil) }
+
+// indexFacetWith is indexFacet telling made (when not nil) each reference it returns,
+// as the provider holds it.
+func indexFacetWith(made func(services.Ref[IndexJob])) services.Facet {
 	return services.Facet{ID: "index", Setup: func(env *services.Env) {
 		var wg sync.WaitGroup
 		stopAll, cancelAll := context.WithCancel(context.Background())
@@ -97,7 +102,11 @@ func indexFacet() services.Facet {
 				}),
 				Cancel: services.Func(func(context.Context, struct{}) (struct{}, error) { cancel(); return struct{}{}, nil }),
 			}
-			return services.NewRef(IndexJobToken, job), nil
+			ref := services.NewRef(IndexJobToken, job)
+			if made != nil {
+				made(ref)
+			}
+			return ref, nil
 		})})
 	}}
 }
@@ -225,6 +234,103 @@ func TestR36_PrivateReferenceLifetime(t *testing.T) {
 				_, err := job3.Cancel.Call(callCtx(t), struct{}{})
 				return errors.Is(err, services.ErrStaleReference)
 			})
+		})
+	}
+}
+
+// Issue 28, item 4: a private returned reference the provider ends (Ref.Close on its
+// side) ends for its holder at once: the holder's next call through it fails
+// stale_reference, the reference's state subscription ends (its replica is told and
+// keeps the last value as stale display data; the provider side holds one subscription
+// fewer), releasing it afterwards is harmless, and the holder's other reference goes
+// on. Over loopback and STREAM to a server, and from a
+// presentation on node 0 (STREAM, loopback) to a worker on node 1.
+func TestIssue28_ReferenceClosedByItsProvider(t *testing.T) {
+	// A way returns the holder's Index, how many subscriptions the provider side holds,
+	// and how many of them are not the references' (its other facades').
+	ways := map[string]func(t *testing.T, made func(services.Ref[IndexJob])) (*Index, func() int, int){}
+	for _, tr := range transports {
+		ways[tr.name] = func(t *testing.T, made func(services.Ref[IndexJob])) (*Index, func() int, int) {
+			provider := newHost(t, "provider", nil, indexFacetWith(made))
+			conn, _ := tr.connect(t, provider)
+			var x *Index
+			newHost(t, "consumer", []services.Connection{conn}, services.Facet{ID: "ui", Setup: func(env *services.Env) { x = services.Use(env, IndexToken) }})
+			return x, func() int { return services.SubscriptionsOf(provider) }, 0
+		}
+	}
+	for _, tr := range presentationTransports {
+		ways["session-"+tr] = func(t *testing.T, made func(services.Ref[IndexJob])) (*Index, func() int, int) {
+			f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) {
+				for i, fc := range cfg.ServiceWorker.Facets {
+					if fc.ID == "index" {
+						cfg.ServiceWorker.Facets[i] = indexFacetWith(made)
+					}
+				}
+			})
+			w := f.workerOn(t, 1, "refclose-")
+			p := f.present(t, 0, tr)
+			p.create(t, w)
+			p.attach(t, w)
+			// The presentation's board (score, moves) and dialogs.
+			return p.index, func() int { return services.AttacherOf(f.Node(0).Services()).Stats().Subscriptions }, 3
+		}
+	}
+	for name, start := range ways {
+		t.Run(name, func(t *testing.T) {
+			made := make(chan services.Ref[IndexJob], 2)
+			index, subs, others := start(t, func(r services.Ref[IndexJob]) { made <- r })
+			provided := func() services.Ref[IndexJob] {
+				t.Helper()
+				select {
+				case r := <-made:
+					return r
+				default:
+					t.Fatal("the provider made no reference for the call that returned one")
+					return services.Ref[IndexJob]{}
+				}
+			}
+			ref, err := index.Start.Call(callCtx(t), StartArgs{Steps: 1 << 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closing := provided()
+			other, err := index.Start.Call(callCtx(t), StartArgs{Steps: 1 << 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			provided()
+			job, otherJob := ref.Get(IndexJobToken), other.Get(IndexJobToken)
+			eventually(t, "both jobs' progress hydrates", func() bool {
+				_, ok := job.Progress.Value()
+				_, ok2 := otherJob.Progress.Value()
+				return ok && ok2 && subs() == others+2
+			})
+			if st := job.Progress.Status(); st.Stale {
+				t.Fatalf("a live reference's state is stale: %+v", st)
+			}
+
+			closing.Close() // the provider ends it
+			if _, err := job.Cancel.Call(callCtx(t), struct{}{}); !errors.Is(err, services.ErrStaleReference) {
+				t.Fatalf("a call right after the provider closed the reference: %v, want stale_reference", err)
+			}
+			if _, err := job.Wait.Call(callCtx(t), struct{}{}); !errors.Is(err, services.ErrStaleReference) {
+				t.Fatalf("a second call: %v, want stale_reference", err)
+			}
+			eventually(t, "the reference's state subscription ends", func() bool { return job.Progress.Status().Stale })
+			if _, ok := job.Progress.Value(); !ok {
+				t.Fatal("the ended reference's state lost its last value")
+			}
+			eventually(t, "the provider side holds the other reference's subscription only", func() bool { return subs() == others+1 })
+			ref.Release() // harmless once ended
+
+			// The holder's other reference goes on.
+			eventually(t, "the other job's progress moves", func() bool { v, ok := otherJob.Progress.Value(); return ok && v > 0 })
+			if _, err := otherJob.Cancel.Call(callCtx(t), struct{}{}); err != nil {
+				t.Fatalf("the other reference after the first closed: %v", err)
+			}
+			if r, err := otherJob.Wait.Call(callCtx(t), struct{}{}); err != nil || !r.Cancelled {
+				t.Fatalf("the other job's wait: %+v %v", r, err)
+			}
 		})
 	}
 }

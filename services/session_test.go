@@ -192,6 +192,26 @@ var loopbackIDs sync.Map
 
 func (f *svcFleet) present(t *testing.T, node int, tr string, setup ...func(p *presentation)) *presentation {
 	t.Helper()
+	p := f.connectPresentation(t, node, tr)
+	newHost(t, "presentation", []services.Connection{p.server, p.session}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+		p.info = services.Use(env, sampleapp.NodeInfoToken)
+		p.mgmt = services.Use(env, services.SessionManagementToken)
+		p.counter = services.Use(env, CounterToken)
+		p.board = services.Use(env, BoardToken)
+		p.dialogs = services.Use(env, DialogAdminToken)
+		p.index = services.Use(env, IndexToken)
+		p.env = env
+		for _, fn := range setup {
+			fn(p)
+		}
+	}})
+	return p
+}
+
+// connectPresentation connects a client program to node's server over tr (its
+// server and session connections) without a host on them yet.
+func (f *svcFleet) connectPresentation(t *testing.T, node int, tr string) *presentation {
+	t.Helper()
 	p := &presentation{}
 	switch tr {
 	case "stream":
@@ -212,18 +232,6 @@ func (f *svcFleet) present(t *testing.T, node int, tr string, setup ...func(p *p
 		t.Cleanup(l.Close)
 		p.server, p.session, p.disconnect = l, l.Session(), l.Close
 	}
-	newHost(t, "presentation", []services.Connection{p.server, p.session}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
-		p.info = services.Use(env, sampleapp.NodeInfoToken)
-		p.mgmt = services.Use(env, services.SessionManagementToken)
-		p.counter = services.Use(env, CounterToken)
-		p.board = services.Use(env, BoardToken)
-		p.dialogs = services.Use(env, DialogAdminToken)
-		p.index = services.Use(env, IndexToken)
-		p.env = env
-		for _, fn := range setup {
-			fn(p)
-		}
-	}})
 	return p
 }
 

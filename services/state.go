@@ -187,6 +187,15 @@ func (s *MutableState[T]) Subscribe(fn func(ctx context.Context, v T)) func() {
 	return r.subscribe("", func(ctx context.Context, v any) { fn(ctx, v.(T)) })
 }
 
+// initErr returns why the state's value is not JSON (nil when it is). A provider may
+// write the state from its own goroutines while it is being provided (a job started
+// before the reference to it is made): under the lock.
+func (s *MutableState[T]) initErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
 func (s *MutableState[T]) current() (json.RawMessage, any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -328,8 +337,8 @@ func DescribeState[T any](d *Describer, name string, s *State[T]) {
 			d.err = fmt.Errorf("state member %q: the provider sets it with services.NewState", name)
 			return
 		}
-		if ms.err != nil {
-			d.err = fmt.Errorf("state member %q: the initial value is not JSON: %w", name, ms.err)
+		if err := ms.initErr(); err != nil {
+			d.err = fmt.Errorf("state member %q: the initial value is not JSON: %w", name, err)
 			return
 		}
 		d.members[name] = member{kind: kindState, set: true, pub: ms}

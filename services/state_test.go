@@ -2,13 +2,19 @@ package services_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/services"
 )
 
@@ -317,4 +323,200 @@ func TestR25_StateClearedOnProviderSwitch(t *testing.T) {
 	})
 }
 
+// ScoreView is a consumer's contract of test.board that uses its score only (a
+// consumer describes the members it uses): a facade of it has exactly one state
+// member, so its subscriptions can be counted exactly.
+type ScoreView struct {
+	Score services.State[Score]
+}
+
+var ScoreViewToken = services.Define("test.board", func(d *services.Describer, v *ScoreView) {
+	services.DescribeState(d, "score", &v.Score)
+})
+
+// gaugeOf reads an int64 gauge as the hosts of one role ("server", "worker") report
+// it (-1 when there is no such series).
+func gaugeOf(t *testing.T, r *sdkmetric.ManualReader, name, role string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				if host, _ := dp.Attributes.Value(attribute.Key("host")); host.AsString() == role {
+					return dp.Value
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// Issue 28, item 1: one replica per (host, service, instance, member) and one remote
+// subscription per connection, however many listeners: three listeners in each of two
+// hosts sharing one connection make exactly one subscription at the provider side (a
+// server's endpoints, meshnode.services.subscriptions; for a session's member the
+// presentation's node, its Attacher's figure, and the worker,
+// meshnode.services.subscriptions of host "worker"). The subscription belongs to the
+// facade, not to a listener: it stays while a facade is bound (Value reads it with no
+// listener left) and ends when the last host using it closes.
+func TestIssue28_ListenersShareOneRemoteSubscription(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			reader, mp := metered(t)
+			provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), MeterProvider: mp}, boardFacet("p", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = provider.Close(context.Background()) })
+			conn, _ := tr.connect(t, provider)
+			held := func() []int64 { return []int64{gaugeOf(t, reader, "meshnode.services.subscriptions", "server")} }
+			listenersShareOne(t, []services.Connection{conn}, conn, held)
+		})
+	}
+	for _, tr := range presentationTransports {
+		t.Run("session-"+tr, func(t *testing.T) {
+			var readers [2]*sdkmetric.ManualReader
+			var mps [2]*sdkmetric.MeterProvider
+			for i := range mps {
+				readers[i], mps[i] = metered(t)
+			}
+			f := startSvcFleetWith(t, 2, nil, func(i int, cfg *meshnode.Config) { cfg.MeterProvider = mps[i] })
+			w := f.workerOn(t, 1, "share-")
+			p := f.connectPresentation(t, 0, tr)
+			for _, m := range []string{"create", "attach"} {
+				if _, err := p.server.Call(callCtx(t), services.Call{Service: services.SessionManagementToken.ID(), Member: m,
+					Args: json.RawMessage(`{"session":"` + w + `"}`)}); err != nil {
+					t.Fatalf("%s %s: %v", m, w, err)
+				}
+			}
+			held := func() []int64 {
+				return []int64{
+					int64(services.AttacherOf(f.Node(0).Services()).Stats().Subscriptions),
+					gaugeOf(t, readers[1], "meshnode.services.subscriptions", "worker"),
+				}
+			}
+			listenersShareOne(t, []services.Connection{p.server, p.session}, p.session, held)
+		})
+	}
+}
+
+// listenersShareOne runs the shared-subscription check over conns: writes go through
+// writer (test.board's set); held reports the provider side's subscription counts.
+func listenersShareOne(t *testing.T, conns []services.Connection, writer services.Connection, held func() []int64) {
+	t.Helper()
+	set := func(n int) {
+		t.Helper()
+		if _, err := writer.Call(callCtx(t), services.Call{Service: "test.board", Member: "set", Args: json.RawMessage(`{"n":` + strconv.Itoa(n) + `}`)}); err != nil {
+			t.Fatalf("set %d: %v", n, err)
+		}
+	}
+	all := func(want int64) bool {
+		for _, n := range held() {
+			if n != want {
+				return false
+			}
+		}
+		return true
+	}
+	// What goes on the wire: the one subscription's request, and its end.
+	subscribes, unsubscribes := services.CountSubscribes(writer)
+	const perHost = 3
+	var (
+		views  [2]*ScoreView
+		hosts  [2]*services.Host
+		ls     [2][perHost]seen
+		unsubs [2][perHost]func()
+	)
+	for i := range hosts {
+		var err error
+		hosts[i], err = services.NewHost(context.Background(), services.HostOptions{Name: "consumer-" + strconv.Itoa(i), Connections: conns, Logger: quiet()},
+			services.Facet{ID: "ui", Setup: func(env *services.Env) { views[i] = services.Use(env, ScoreViewToken) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hosts[i].Close(context.Background()) })
+		for j := range ls[i] {
+			unsubs[i][j] = views[i].Score.Subscribe(ls[i][j].score)
+		}
+	}
+	set(1)
+	for i := range ls {
+		for j := range ls[i] {
+			eventually(t, "every listener hears 1", func() bool { return ls[i][j].last() == 1 })
+		}
+	}
+	if got := held(); !all(1) {
+		t.Fatalf("%d listeners in 2 hosts on one connection: the provider side holds %v subscriptions, want exactly 1", 2*perHost, got)
+	}
+	if n := subscribes(); n != 1 {
+		t.Fatalf("%d listeners in 2 hosts on one connection sent %d subscribe requests, want 1", 2*perHost, n)
+	}
+
+	// Listeners leave: the subscription is the facade's and stays; a host with no
+	// listener left still reads the value.
+	for i := range unsubs {
+		for j := range unsubs[i] {
+			if i == 1 && j == 0 {
+				continue // the last listener
+			}
+			unsubs[i][j]()
+		}
+	}
+	set(2)
+	eventually(t, "the last listener hears 2", func() bool { return ls[1][0].last() == 2 })
+	eventually(t, "a host with no listener reads 2", func() bool { v, ok := views[0].Score.Value(); return ok && v.N == 2 })
+	for i := range ls {
+		for j := range ls[i] {
+			if (i != 1 || j != 0) && ls[i][j].last() != 1 {
+				t.Fatalf("listener %d.%d heard %d after it unsubscribed", i, j, ls[i][j].last())
+			}
+		}
+	}
+	if got := held(); !all(1) {
+		t.Fatalf("after all listeners but one left: %v subscriptions, want exactly 1", got)
+	}
+
+	// The first host closes: the other still uses the subscription.
+	if err := hosts[0].Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	set(3)
+	eventually(t, "the other host's listener hears 3", func() bool { return ls[1][0].last() == 3 })
+	if got := held(); !all(1) {
+		t.Fatalf("after one of the two hosts closed: %v subscriptions, want exactly 1", got)
+	}
+	if n := unsubscribes(); n != 0 {
+		t.Fatalf("%d unsubscribe requests while a host still used the subscription, want 0", n)
+	}
+	// The last one closes: the subscription ends.
+	if err := hosts[1].Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the last host's close ends the subscription", func() bool { return all(0) })
+	if s, u := subscribes(), unsubscribes(); s != 1 || u != 1 {
+		t.Fatalf("%d subscribe and %d unsubscribe requests in all, want 1 and 1", s, u)
+	}
+}
+
 var _ = errors.Is
+
+// A provider may write a state from its own goroutine while the state is being
+// provided: a job started before the reference to it is made (the index fixture does
+// so). Making the reference reads the state's initial-value error; under -race this
+// failed while that read took no lock (found by TestIssue28_ReferenceClosedByItsProvider).
+func TestState_WrittenWhileItIsProvided(t *testing.T) {
+	for i := 0; i < 300; i++ {
+		st := services.NewState(0)
+		done := make(chan struct{})
+		go func() { _ = st.Set(context.Background(), 1); close(done) }()
+		ref := services.NewRef(IndexJobToken, &IndexJob{Progress: st})
+		<-done
+		ref.Close()
+	}
+}
