@@ -194,30 +194,31 @@ func TestR23_DeliveryContexts(t *testing.T) {
 			if d, _ := services.DeliveryOf(hyd.ctx(1)); d.Kind != services.DeliveryUpdate || uc.TraceID() != caller.SpanContext().TraceID() {
 				t.Fatalf("update delivery %+v in trace %v, want the writer's trace %v", d, uc.TraceID(), caller.SpanContext().TraceID())
 			}
-			spans := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-			for _, s := range rec.Ended() {
-				spans[s.SpanContext().SpanID()] = s
+			// The delivery spans end when their listener returns, and the parents when
+			// their own work does (the Set's rpc.server span after its reply went):
+			// read each parent from the live span, and wait for it to end.
+			parentNamed := func(ctx context.Context, want string) bool {
+				live, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
+				if !ok {
+					return false
+				}
+				for _, s := range rec.Ended() {
+					if s.SpanContext().SpanID() == live.Parent().SpanID() {
+						return s.Name() == want
+					}
+				}
+				return false
 			}
 			// The hydration's span is a child of the listener's subscription.
-			if p, ok := spans[parentOf(rec, hc.SpanID())]; !ok || p.Name() != "services.subscribe" {
-				t.Errorf("the hydration's parent is %v, want the subscription's span", p)
-			}
+			eventually(t, "the hydration's parent to be the subscription's span", func() bool {
+				return parentNamed(hyd.ctx(0), "services.subscribe")
+			})
 			// The update's span is a child of the provider's rpc.server span of the Set.
-			if p, ok := spans[parentOf(rec, uc.SpanID())]; !ok || p.Name() != "rpc.server" {
-				t.Errorf("the update's parent is %v, want the write's rpc.server span", p)
-			}
+			eventually(t, "the update's parent to be the write's rpc.server span", func() bool {
+				return parentNamed(hyd.ctx(1), "rpc.server")
+			})
 		})
 	}
-}
-
-// parentOf returns the parent of an ended span.
-func parentOf(rec *tracetest.SpanRecorder, id trace.SpanID) trace.SpanID {
-	for _, s := range rec.Ended() {
-		if s.SpanContext().SpanID() == id {
-			return s.Parent().SpanID()
-		}
-	}
-	return trace.SpanID{}
 }
 
 // R24: a disconnect keeps the last value as stale display data; reconnecting to the
