@@ -254,6 +254,9 @@ type ActiveActor struct {
 	Arriving bool `json:"arriving,omitempty"`
 	// Moving: a move of it away from this node is under way (Relocate, a drain).
 	Moving bool `json:"moving,omitempty"`
+	// Held: it is kept from idle collection, by a session binding or by itself
+	// (Context.StayActive).
+	Held bool `json:"held,omitempty"`
 }
 
 // NewHost starts the Actor host of node: it receives record 24, serves directory
@@ -386,7 +389,8 @@ func (h *Host) Active() []ActiveActor {
 	h.mu.Lock()
 	out := make([]ActiveActor, 0, len(h.acts))
 	for id, a := range h.acts {
-		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load(), Moving: a.moving.Load()})
+		out = append(out, ActiveActor{ID: id, Kind: a.kind, ObjectGeneration: a.fence.ObjectGeneration, Arriving: a.arriving.Load(), Moving: a.moving.Load(),
+			Held: a.keepActive.Load() || a.stayActive.Load()})
 	}
 	h.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

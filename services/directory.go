@@ -161,6 +161,10 @@ func (d *directory) Receive(ctx *actor.Context) {
 			d.rt[id] = &runtime{status: StatusIdle, updated: time.Now()}
 		}
 		d.reconcile(ctx)
+		// Never idle-collected: what it knows of running workers is not saved (workers
+		// report it), so a fresh activation would show every running session idle
+		// until its reconciliation found them again.
+		ctx.StayActive(true)
 	case *dirCreate:
 		_ = ctx.Reply(d.create(ctx, m))
 	case *dirRemove:

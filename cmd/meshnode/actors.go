@@ -38,6 +38,8 @@ type activeActorJSON struct {
 	ObjectGeneration uint64 `json:"objectGeneration,string"`
 	// Arriving: it arrives by a move that has not committed yet.
 	Arriving bool `json:"arriving,omitempty"`
+	// Held: never idle-collected while so (a session binding, or the Actor itself).
+	Held bool `json:"held,omitempty"`
 }
 
 // withSystem reads ?system=true: whether a listing includes the runtime's own Actors
@@ -65,7 +67,7 @@ func listed(as []actor.ActiveActor, system bool) []actor.ActiveActor {
 func activeJSON(as []actor.ActiveActor) []activeActorJSON {
 	out := make([]activeActorJSON, len(as))
 	for i, a := range as {
-		out[i] = activeActorJSON{ID: a.ID, Kind: a.Kind, ObjectGeneration: a.ObjectGeneration, Arriving: a.Arriving}
+		out[i] = activeActorJSON{ID: a.ID, Kind: a.Kind, ObjectGeneration: a.ObjectGeneration, Arriving: a.Arriving, Held: a.Held}
 	}
 	return out
 }
