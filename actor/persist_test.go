@@ -105,6 +105,8 @@ type gatedStore struct {
 	mu    sync.Mutex
 	gate  chan struct{}
 	saves chan struct{} // a Save reached the gate
+	// returned counts the Saves that returned from the store behind the gate.
+	returned atomic.Int64
 }
 
 func (g *gatedStore) hold() {
@@ -138,6 +140,7 @@ func (g *gatedStore) Save(ctx context.Context, k store.Key, v uint64, d []byte) 
 		saves <- struct{}{}
 		<-gate
 	}
+	defer g.returned.Add(1)
 	return g.Store.Save(ctx, k, v, d)
 }
 
@@ -190,20 +193,30 @@ func TestPersistence_SaveEveryTurnRepliesOnlyOnceDurable(t *testing.T) {
 	h := c.Node(0).Actors()
 	mustDeposit(t, h, "ledger", "acct", 5, 5)
 	g.hold()
+	// RequestFunc calls done from the goroutine that completes the request: for a
+	// local one, the turn that replies. A reply released before the save would have
+	// called it before the turn reached the store, so once the save is seen held,
+	// done must not have run; no time window is needed.
+	var early atomic.Bool // answered before the second deposit's save returned
 	answered := make(chan error, 1)
-	go func() {
-		_, err := deposit(t, h, "ledger", "acct", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	h.RequestFunc(ctx, actor.Address{Kind: "ledger", ID: "acct"}, Deposit{N: 2}, func(_ any, err error) {
+		early.Store(g.returned.Load() < 2)
 		answered <- err
-	}()
+	})
 	testkit.Await(t, g.saves, wait, "the turn's save reaching the store")
 	select {
 	case err := <-answered:
 		t.Fatalf("the request was answered (%v) before its turn's save was durable", err)
-	case <-time.After(50 * time.Millisecond): // a reply released early would have arrived by now
+	default:
 	}
 	g.release()
 	if err := testkit.Await(t, answered, wait, "the answer after the save"); err != nil {
 		t.Fatal(err)
+	}
+	if early.Load() {
+		t.Fatal("the request was answered before its turn's save returned")
 	}
 	r := stored(t, g, "ledger", "acct")
 	// Version 1 is the activation's claim; one save per deposit.
