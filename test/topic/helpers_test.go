@@ -109,16 +109,6 @@ func next(t *testing.T, ch chan received, what string) received {
 	return received{}
 }
 
-// none checks that nothing arrives on ch for d.
-func none(t *testing.T, ch chan received, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("%s: got %+v", what, r)
-	case <-time.After(d):
-	}
-}
-
 func remoteCode(err error) string {
 	var re *connector.RemoteError
 	if errors.As(err, &re) {
