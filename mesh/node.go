@@ -33,6 +33,7 @@ import (
 	"github.com/meshnode/meshnode/internal/buildinfo"
 	"github.com/meshnode/meshnode/internal/grpcbuf"
 	"github.com/meshnode/meshnode/internal/logfloor"
+	"github.com/meshnode/meshnode/internal/ratelog"
 	"github.com/meshnode/meshnode/internal/workpool"
 	"github.com/meshnode/meshnode/mesh/gossipnet"
 	"github.com/meshnode/meshnode/mesh/meshpb"
@@ -146,8 +147,8 @@ type Node struct {
 	ownPending atomic.Int64
 	hmu        sync.Mutex
 	tapFn      atomic.Pointer[func(TapRecord)]
-	pids       sync.Map // remote address -> records PID
-	dropLog    dropLogger
+	pids       sync.Map        // remote address -> records PID
+	dropLog    ratelog.Limiter // drops: once per (reason, sending RID) and interval
 	stopping   atomic.Bool
 	stop       chan struct{}
 	stopOnce   sync.Once

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -414,60 +415,17 @@ func (n *Node) tap(r TapRecord) {
 	}
 }
 
-// drop counts a record dropped before dispatch and logs its cause once per interval.
+// drop counts a record dropped before dispatch and logs its cause (reason, sending
+// RID) once per interval, with the number suppressed since.
 func (n *Node) drop(reason string, from NodeID, detail string, err error) {
 	n.metrics.dropped(reason)
-	n.dropLog.log(n.log, reason, from, detail, err)
-}
-
-// dropLogger logs each (reason, peer) cause once per interval, counting the rest.
-type dropLogger struct {
-	mu   sync.Mutex
-	seen map[string]*dropCause
-}
-
-type dropCause struct {
-	last       time.Time
-	suppressed int
-}
-
-const dropLogInterval = time.Minute
-
-func (d *dropLogger) log(log interface {
-	Warn(string, ...any)
-}, reason string, from NodeID, detail string, err error) {
-	key := reason + "|" + from.RID
-	now := time.Now()
-	d.mu.Lock()
-	if d.seen == nil {
-		d.seen = map[string]*dropCause{}
-	}
-	c := d.seen[key]
-	if c != nil && now.Sub(c.last) < dropLogInterval {
-		c.suppressed++
-		d.mu.Unlock()
-		return
-	}
-	suppressed := 0
-	if c == nil {
-		if len(d.seen) > 1024 {
-			d.seen = map[string]*dropCause{} // bound the memory of causes
+	n.dropLog.LogFunc(n.log, slog.LevelWarn, reason+"|"+from.RID, "mesh: record dropped", func() []any {
+		args := []any{"reason", reason, "from", from.String(), "detail", detail}
+		if err != nil {
+			args = append(args, "err", err)
 		}
-		c = &dropCause{}
-		d.seen[key] = c
-	} else {
-		suppressed = c.suppressed
-	}
-	c.last, c.suppressed = now, 0
-	d.mu.Unlock()
-	args := []any{"reason", reason, "from", from.String(), "detail", detail}
-	if err != nil {
-		args = append(args, "err", err)
-	}
-	if suppressed > 0 {
-		args = append(args, "suppressed_since_last", suppressed)
-	}
-	log.Warn("mesh: record dropped", args...)
+		return args
+	})
 }
 
 // meshMetrics are the record counters. Per-record counts are atomics that an

@@ -17,6 +17,7 @@ const maxCauses = 1024
 type Limiter struct {
 	Interval time.Duration // 0: DefaultInterval
 
+	now  func() time.Time // nil: time.Now (tests set a clock)
 	mu   sync.Mutex
 	seen map[string]*cause
 }
@@ -33,14 +34,18 @@ func (l *Limiter) Allow(key string) (ok bool, suppressed int) {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	now := time.Now()
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	t := now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen == nil {
 		l.seen = map[string]*cause{}
 	}
 	c := l.seen[key]
-	if c != nil && now.Sub(c.last) < interval {
+	if c != nil && t.Sub(c.last) < interval {
 		c.suppressed++
 		return false, 0
 	}
@@ -52,19 +57,27 @@ func (l *Limiter) Allow(key string) (ok bool, suppressed int) {
 		l.seen[key] = c
 	}
 	suppressed = c.suppressed
-	c.last, c.suppressed = now, 0
+	c.last, c.suppressed = t, 0
 	return true, suppressed
 }
 
 // Log logs msg with args at level when key is allowed, adding suppressed_since_last
 // when earlier occurrences were suppressed.
 func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
+	l.LogFunc(log, level, key, msg, func() []any { return args })
+}
+
+// LogFunc is Log with args built only when key is allowed: for a cause that can
+// repeat thousands of times a second, a suppressed occurrence then costs no more
+// than the key.
+func (l *Limiter) LogFunc(log *slog.Logger, level slog.Level, key, msg string, args func() []any) {
 	ok, suppressed := l.Allow(key)
 	if !ok {
 		return
 	}
+	a := args()
 	if suppressed > 0 {
-		args = append(args, "suppressed_since_last", suppressed)
+		a = append(a, "suppressed_since_last", suppressed)
 	}
-	log.Log(context.Background(), level, msg, args...)
+	log.Log(context.Background(), level, msg, a...)
 }
