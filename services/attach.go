@@ -183,8 +183,9 @@ type presentation struct {
 	closed      bool
 	reattaching bool
 	// subs are the session-scoped subscriptions made on the current route: what of
-	// its worker's publications the presentation gets.
-	subs map[subAddr]struct{}
+	// its worker's publications the presentation gets, each with the id its client
+	// gave it (0: none).
+	subs map[subAddr]uint64
 
 	inflight atomic.Int64
 }
@@ -909,13 +910,13 @@ func (a *Attacher) dropSubs(ps *presentation) {
 	}
 	why := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the presentation fell behind and its subscriptions were dropped; subscribe again"}}
 	h := a.host.Load()
-	for addr := range subs {
+	for addr, sid := range subs {
 		if h != nil {
 			h.stats.countDrop() // in the node's metrics, before the attacher's own figure
 		}
 		a.stats.dropped.Add(1)
 		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
-		a.unsubscribeAsync(r, addr, nil) // at most MaxSubscriptionsPerClient of them
+		a.unsubscribeAsync(r, addr, sid, nil) // at most MaxSubscriptionsPerClient of them
 	}
 	a.rl.Log(a.log, slog.LevelWarn, "presentation_dropped", "services: a presentation fell behind; its session subscriptions were dropped",
 		"presentation", ps.p.id, "subscriptions", len(subs))
@@ -923,7 +924,9 @@ func (a *Attacher) dropSubs(ps *presentation) {
 
 // subscribe subscribes p's presentation to a member of its worker's: the snapshot it
 // starts from is the answer; from then on what the worker publishes of it is passed on.
-func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (json.RawMessage, error) {
+// sid is the client's id of the subscription (0: none), as Endpoint.subscribe has it:
+// a subscribe overtaken by a later one of the same member is refused.
+func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr, sid uint64) (json.RawMessage, error) {
 	ps, err := a.state(p)
 	if err != nil {
 		return nil, err
@@ -940,16 +943,21 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 		return nil, &Error{Code: CodeStaleGeneration, Message: "the route changed while subscribing"}
 	}
 	if ps.subs == nil {
-		ps.subs = map[subAddr]struct{}{}
+		ps.subs = map[subAddr]uint64{}
 	}
-	if _, ok := ps.subs[addr]; !ok && len(ps.subs) >= subscriptionsPerClient {
+	cur, ok := ps.subs[addr]
+	switch {
+	case !ok && len(ps.subs) >= subscriptionsPerClient:
 		a.mu.Unlock()
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this presentation holds %d session subscriptions (the bound)", addr, subscriptionsPerClient)}
+	case ok && sid != 0 && cur > sid:
+		a.mu.Unlock()
+		return nil, superseded(addr)
 	}
 	// Passed on from now: what the worker publishes after its snapshot reaches us.
-	ps.subs[addr] = struct{}{}
+	ps.subs[addr] = sid
 	a.mu.Unlock()
-	v, err := a.actors.Request(ctx, r.worker, &workerSubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member})
+	v, err := a.actors.Request(ctx, r.worker, &workerSubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member, Sid: sid})
 	var ans *answer
 	if err == nil {
 		var ok bool
@@ -961,8 +969,8 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 	}
 	if err != nil {
 		a.mu.Lock()
-		if ps.route == r {
-			delete(ps.subs, addr)
+		if cur, ok := ps.subs[addr]; ps.route == r && ok && cur == sid {
+			delete(ps.subs, addr) // not a later subscribe's of the same member
 		}
 		a.mu.Unlock()
 		if routeBroken(err) {
@@ -977,7 +985,7 @@ func (a *Attacher) subscribe(ctx context.Context, p *presenter, addr subAddr) (j
 }
 
 // subscribeAsync is subscribe answered to done from a goroutine of the Attacher's.
-func (a *Attacher) subscribeAsync(p *presenter, addr subAddr, done func(json.RawMessage, error)) {
+func (a *Attacher) subscribeAsync(p *presenter, addr subAddr, sid uint64, done func(json.RawMessage, error)) {
 	if !a.startOp(p) {
 		done(nil, a.opsRefused(p, "subscribe to "+addr.String()))
 		return
@@ -987,7 +995,7 @@ func (a *Attacher) subscribeAsync(p *presenter, addr subAddr, done func(json.Raw
 		defer a.wg.Done()
 		defer p.ops.Add(-1)
 		runOpHook()
-		done(a.subscribe(p.ctx, p, addr))
+		done(a.subscribe(p.ctx, p, addr, sid))
 	}()
 }
 
@@ -1020,14 +1028,18 @@ func (a *Attacher) opsRefused(p *presenter, what string) error {
 	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s: this presentation has %d session requests in progress (the bound)", what, opsPerPresenter.Load())}
 }
 
-// unsubscribe ends p's session subscription to addr.
-func (a *Attacher) unsubscribe(p *presenter, addr subAddr) {
+// unsubscribe ends p's session subscription to addr: with a sid (not 0), only the
+// subscription of that id or an older one (as Endpoint.unsubscribe), here and at the
+// worker.
+func (a *Attacher) unsubscribe(p *presenter, addr subAddr, sid uint64) {
 	a.mu.Lock()
 	ps := a.pres[p]
 	var r *route
 	if ps != nil {
 		r = ps.route
-		delete(ps.subs, addr)
+		if cur, ok := ps.subs[addr]; ok && (sid == 0 || cur <= sid) {
+			delete(ps.subs, addr)
+		}
 	}
 	a.mu.Unlock()
 	if r == nil {
@@ -1039,10 +1051,10 @@ func (a *Attacher) unsubscribe(p *presenter, addr subAddr) {
 		_ = a.opsRefused(p, "unsubscribe from "+addr.String())
 		return
 	}
-	a.unsubscribeAsync(r, addr, func() { p.ops.Add(-1) })
+	a.unsubscribeAsync(r, addr, sid, func() { p.ops.Add(-1) })
 }
 
-func (a *Attacher) unsubscribeAsync(r *route, addr subAddr, done func()) {
+func (a *Attacher) unsubscribeAsync(r *route, addr subAddr, sid uint64, done func()) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -1051,7 +1063,7 @@ func (a *Attacher) unsubscribeAsync(r *route, addr subAddr, done func()) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member})
+		_ = a.actors.Send(ctx, r.worker, &workerUnsubscribe{Client: r.client, Svc: addr.svc, Key: addr.key, Gen: addr.gen, Ref: addr.ref, Member: addr.member, Sid: sid})
 	}()
 }
 

@@ -411,29 +411,29 @@ func (l *Loopback) receive(f frame) error {
 // endpoint, the session scope through the provider's Attacher.
 type loopbackTransport struct{ l *Loopback }
 
-func (t loopbackTransport) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+func (t loopbackTransport) subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error) {
 	if session {
 		att := t.l.h.attacher()
 		if att == nil {
 			return nil, &Error{Code: CodeNotAttached, Message: "the provider has no session workers"}
 		}
-		return att.subscribe(ctx, t.l.pr, a)
+		return att.subscribe(ctx, t.l.pr, a, sid)
 	}
 	subs := t.l.subs
-	return t.l.endpoint().subscribe(a, func(d *delivery) bool {
+	return t.l.endpoint().subscribe(a, sid, func(d *delivery) bool {
 		subs.onInbound(inbound{addr: a, op: d.op, seq: d.seq, raw: d.raw, trace: d.trace, err: d.err})
 		return true
 	})
 }
 
-func (t loopbackTransport) unsubscribeReq(session bool, a subAddr) {
+func (t loopbackTransport) unsubscribeReq(session bool, a subAddr, sid uint64) {
 	if session {
 		if att := t.l.h.attacher(); att != nil {
-			att.unsubscribe(t.l.pr, a)
+			att.unsubscribe(t.l.pr, a, sid)
 		}
 		return
 	}
-	t.l.endpoint().unsubscribe(a)
+	t.l.endpoint().unsubscribe(a, sid)
 }
 
 func (l *Loopback) onClose(fn func()) {

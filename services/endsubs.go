@@ -3,6 +3,7 @@ package services
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 )
 
 // The serving side of subscriptions: each client connection (an Endpoint) subscribes
@@ -67,8 +68,11 @@ func (s *service) noMember(name string) *Error {
 }
 
 // subscribe subscribes the client to a; sink gets every later delivery. It returns
-// the snapshot the subscription starts from (JSON snapshotReply).
-func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMessage, error) {
+// the snapshot the subscription starts from (JSON snapshotReply). sid is the id the
+// client gave this subscription (0: none, an older client's): ids of one member grow,
+// so a subscribe that comes after a later one of the same member (the two were
+// reordered on the way) is refused as superseded rather than replace it.
+func (e *Endpoint) subscribe(a subAddr, sid uint64, sink func(*delivery) bool) (json.RawMessage, error) {
 	var (
 		sl   *slot
 		serr *Error
@@ -96,6 +100,10 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this connection holds %d subscriptions (the bound)", a, subscriptionsPerClient)}
 	}
 	prev := e.subs[a]
+	if prev.newerThan(sid) {
+		e.mu.Unlock()
+		return nil, superseded(a)
+	}
 	delete(e.subs, a)
 	e.mu.Unlock()
 	if prev != nil {
@@ -105,7 +113,7 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 	// ent is this subscription: a drop that comes late (its sink fell behind, the
 	// drop ran after a subscribe again replaced it) ends only the subscription it was
 	// for, never the one that replaced it.
-	ent := &endSub{}
+	ent := &endSub{sid: sid}
 	var (
 		snap snapshotReply
 		stop func()
@@ -135,6 +143,11 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 		e.mu.Unlock()
 		stop()
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("subscription to %s: this connection holds %d subscriptions (the bound)", a, subscriptionsPerClient)}
+	case e.subs[a].newerThan(sid):
+		// A later subscribe of the same member was served meanwhile.
+		e.mu.Unlock()
+		stop()
+		return nil, superseded(a)
 	}
 	old := e.subs[a] // a subscribe of the same member at once: the later one stands
 	ent.stop = stop
@@ -149,20 +162,49 @@ func (e *Endpoint) subscribe(a subAddr, sink func(*delivery) bool) (json.RawMess
 	return raw, nil
 }
 
-// unsubscribe ends the client's subscription to a (nothing when it has none).
-func (e *Endpoint) unsubscribe(a subAddr) {
+// unsubscribe ends the client's subscription to a (nothing when it has none). With a
+// sid (not 0) it ends only a subscription of that id or an older one: an unsubscribe
+// that comes after a later subscribe of the same member (the two were reordered on the
+// way) leaves the later subscription alone.
+func (e *Endpoint) unsubscribe(a subAddr, sid uint64) {
 	e.mu.Lock()
 	cur := e.subs[a]
-	delete(e.subs, a)
+	if cur.newerThan(sid) {
+		cur = nil
+	} else {
+		delete(e.subs, a)
+	}
 	e.mu.Unlock()
 	if cur != nil {
 		cur.stop()
 		e.h.stats.subscriptions.Add(-1)
 	}
+	if h := unsubscribeHook.Load(); h != nil {
+		(*h)(a)
+	}
 }
 
-// endSub is one subscription of an endpoint's client.
-type endSub struct{ stop func() }
+// unsubscribeHook, when a test sets it, is told of each unsubscribe an endpoint has
+// handled (whether it ended a subscription or not).
+var unsubscribeHook atomic.Pointer[func(subAddr)]
+
+// endSub is one subscription of an endpoint's client: the id the client gave it (0:
+// none) and how it ends.
+type endSub struct {
+	sid  uint64
+	stop func()
+}
+
+// newerThan reports whether s (nil: none) is a later subscription than the client's
+// subscription or unsubscribe sid: both have ids and s's is greater.
+func (s *endSub) newerThan(sid uint64) bool {
+	return s != nil && sid != 0 && s.sid > sid
+}
+
+// superseded is the answer to a subscribe that a later one of the same member overtook.
+func superseded(a subAddr) *Error {
+	return &Error{Code: CodeCancelled, Message: fmt.Sprintf("subscription to %s: superseded by a later subscribe of the same member", a)}
+}
 
 // dropped ends a subscription whose sink fell behind, and tells the client.
 func (e *Endpoint) dropped(a subAddr, ent *endSub) {

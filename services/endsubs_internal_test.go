@@ -30,13 +30,13 @@ func TestEndpoint_LateDropLeavesTheSubscriptionThatReplacedItsOwn(t *testing.T) 
 	e := h.Endpoint(ctx, Client{ID: "c"})
 	a := subAddr{svc: "test.late-drop", member: "value"}
 	sink := func(*delivery) bool { return true }
-	if _, err := e.subscribe(a, sink); err != nil {
+	if _, err := e.subscribe(a, 1, sink); err != nil {
 		t.Fatal(err)
 	}
 	e.mu.Lock()
 	first := e.subs[a]
 	e.mu.Unlock()
-	if _, err := e.subscribe(a, sink); err != nil { // the client subscribes again
+	if _, err := e.subscribe(a, 2, sink); err != nil { // the client subscribes again
 		t.Fatal(err)
 	}
 	e.dropped(a, first) // the first one's drop, late
@@ -59,5 +59,62 @@ func TestEndpoint_LateDropLeavesTheSubscriptionThatReplacedItsOwn(t *testing.T) 
 	sl.mu.Unlock()
 	if watchers != 0 {
 		t.Fatalf("%d watchers left after the client's end", watchers)
+	}
+}
+
+// The ids a client gives its subscriptions order a member's subscribes and
+// unsubscribes at the provider however they were reordered on the way: a subscribe
+// overtaken by a later one is refused (superseded), an unsubscribe ends only its own
+// subscription or an older one; without ids (an older client's) the last one served
+// stands, as before.
+func TestEndpoint_SubscriptionIDsOrderAMembersSubscribes(t *testing.T) {
+	ctx := context.Background()
+	h, err := NewHost(ctx, HostOptions{Name: "provider"}, Facet{ID: "p", Setup: func(env *Env) {
+		Provide(env, lateDropToken, &lateDropState{Value: NewState(0)})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close(ctx) }()
+	e := h.Endpoint(ctx, Client{ID: "c"})
+	defer e.Close()
+	a := subAddr{svc: "test.late-drop", member: "value"}
+	sink := func(*delivery) bool { return true }
+	cur := func() uint64 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if s := e.subs[a]; s != nil {
+			return s.sid
+		}
+		return 0
+	}
+	held := func() int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.subs)
+	}
+	if _, err := e.subscribe(a, 2, sink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.subscribe(a, 1, sink); errorCode(err) != CodeCancelled {
+		t.Fatalf("a subscribe overtaken by a later one: %v, want cancelled (superseded)", err)
+	}
+	e.unsubscribe(a, 1) // the overtaken one's unsubscribe, late
+	if cur() != 2 {
+		t.Fatalf("after a late unsubscribe of subscription 1: the member's subscription is %d, want 2", cur())
+	}
+	e.unsubscribe(a, 3) // unsubscribe 3 came before its subscribe: it ends 2 too
+	if held() != 0 {
+		t.Fatal("an unsubscribe left an older subscription")
+	}
+	if _, err := e.subscribe(a, 3, sink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.subscribe(a, 0, sink); err != nil || cur() != 0 {
+		t.Fatalf("a subscribe without an id: %v, subscription %d; want it to replace 3", err, cur())
+	}
+	e.unsubscribe(a, 0)
+	if held() != 0 || SubscriptionsOf(h) != 0 {
+		t.Fatalf("an unsubscribe without an id left %d subscriptions (%d counted)", held(), SubscriptionsOf(h))
 	}
 }

@@ -111,8 +111,8 @@ type heldSnapshots struct {
 	gate  chan struct{}
 }
 
-func (h heldSnapshots) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
-	raw, err := h.inner.subscribeReq(ctx, session, a)
+func (h heldSnapshots) subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error) {
+	raw, err := h.inner.subscribeReq(ctx, session, a, sid)
 	select {
 	case <-h.gate:
 	case <-ctx.Done():
@@ -120,7 +120,9 @@ func (h heldSnapshots) subscribeReq(ctx context.Context, session bool, a subAddr
 	return raw, err
 }
 
-func (h heldSnapshots) unsubscribeReq(session bool, a subAddr) { h.inner.unsubscribeReq(session, a) }
+func (h heldSnapshots) unsubscribeReq(session bool, a subAddr, sid uint64) {
+	h.inner.unsubscribeReq(session, a, sid)
+}
 
 // CountSubscribes counts the subscribe and unsubscribe requests c's subscriptions send
 // to its provider from now on (both scopes of a connection share them).
@@ -139,14 +141,14 @@ type countedSubs struct {
 	subs, unsubs atomic.Int64
 }
 
-func (c *countedSubs) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
+func (c *countedSubs) subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error) {
 	c.subs.Add(1)
-	return c.inner.subscribeReq(ctx, session, a)
+	return c.inner.subscribeReq(ctx, session, a, sid)
 }
 
-func (c *countedSubs) unsubscribeReq(session bool, a subAddr) {
+func (c *countedSubs) unsubscribeReq(session bool, a subAddr, sid uint64) {
 	c.unsubs.Add(1)
-	c.inner.unsubscribeReq(session, a)
+	c.inner.unsubscribeReq(session, a, sid)
 }
 
 // SetDirUpdates lowers the bound of directory changes an observation queues for a
@@ -188,4 +190,57 @@ func HoldSessionOps(n int64) (entered <-chan struct{}, release func()) {
 			opsPerPresenter.Store(old)
 		})
 	}
+}
+
+// HoldUnsubscribes holds the unsubscribes c's subscriptions send to its provider from
+// now on (both scopes) until release: what an unsubscribe overtaken on the way looks
+// like. held reports how many of member's are held (or were, before release).
+func HoldUnsubscribes(c Connection) (held func(member string) int, release func()) {
+	cs, _ := c.(subscriber).subscriptions()
+	h := &heldUnsubs{gate: make(chan struct{}), n: map[string]int{}}
+	cs.mu.Lock()
+	h.inner = cs.t
+	cs.t = h
+	cs.mu.Unlock()
+	var once sync.Once
+	return func(member string) int {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.n[member]
+		}, func() {
+			once.Do(func() { close(h.gate) })
+		}
+}
+
+type heldUnsubs struct {
+	inner subTransport
+	gate  chan struct{}
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+func (h *heldUnsubs) subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error) {
+	return h.inner.subscribeReq(ctx, session, a, sid)
+}
+
+func (h *heldUnsubs) unsubscribeReq(session bool, a subAddr, sid uint64) {
+	h.mu.Lock()
+	h.n[a.member]++
+	h.mu.Unlock()
+	<-h.gate
+	h.inner.unsubscribeReq(session, a, sid)
+}
+
+// CountUnsubscribesServed counts the unsubscribes of member the endpoints of this
+// process handle from now on (a server's for its clients, a worker's for its
+// presentations), whether they end a subscription or not, until restore.
+func CountUnsubscribesServed(member string) (served func() int64, restore func()) {
+	var n atomic.Int64
+	hook := func(a subAddr) {
+		if a.member == member {
+			n.Add(1)
+		}
+	}
+	unsubscribeHook.Store(&hook)
+	return n.Load, func() { unsubscribeHook.Store(nil) }
 }

@@ -15,10 +15,14 @@ import (
 const (
 	// NameSubscribe: Request; metadata MetaService, MetaMember (MemberInstances for a
 	// keyed service's directory), MetaKey and MetaGeneration for an instance's member,
-	// MetaScope → Response JSON {"seq":S,"value":V} for a state or a directory, {"seq":S}
-	// for events: the subscription is active from S (a state's value is at S).
+	// MetaScope, MetaSubscription → Response JSON {"seq":S,"value":V} for a state or a
+	// directory, {"seq":S} for events: the subscription is active from S (a state's
+	// value is at S). Refused cancelled when a subscribe of the same member with a
+	// greater MetaSubscription was served first (the two were reordered on the way).
 	NameSubscribe = "$svc.subscribe"
-	// NameUnsubscribe: Send; the same metadata: the subscription ends.
+	// NameUnsubscribe: Send; the same metadata: the subscription ends; with a
+	// MetaSubscription, only the subscription of that id or an older one (never a later
+	// subscribe's of the same member).
 	NameUnsubscribe = "$svc.unsubscribe"
 	// NameUpdate: Send from the server; metadata the subscription's fields, MetaSeq,
 	// MetaReplace "1" for a complete replacement, MetaIncarnation for a session's, and
@@ -36,6 +40,11 @@ const (
 	MetaSeq         = "seq"
 	MetaReplace     = "replace"
 	MetaIncarnation = "inc"
+	// MetaSubscription is the id a client gives a subscription (a decimal number, not
+	// 0; a client's ids of one member grow), which its unsubscribe names. Optional: a
+	// subscribe without it replaces whatever the member's subscription is, an
+	// unsubscribe without it ends it.
+	MetaSubscription = "sid"
 
 	// MemberInstances is the member name of a keyed service's instance directory.
 	MemberInstances = "$instances"
@@ -91,6 +100,19 @@ func subAddrFrom(get func(string) (string, bool)) (subAddr, error) {
 		return a, &Error{Code: CodeInvalidArguments, Message: "an instance is named by its key and its generation, both"}
 	}
 	return a, nil
+}
+
+// subIDFrom reads a subscription's id (0 when there is none).
+func subIDFrom(get func(string) (string, bool)) (uint64, error) {
+	v, ok := get(MetaSubscription)
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == 0 {
+		return 0, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("subscription id %q is not a number over 0", v)}
+	}
+	return n, nil
 }
 
 // closedNotice is NameClosed's payload.

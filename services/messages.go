@@ -68,6 +68,9 @@ type workerSubscribe struct {
 	Gen    uint64
 	Ref    string
 	Member string
+	// Sid is the client's id of the subscription (0: none, an older node's): an
+	// unsubscribe ends only its own subscription or an older one (Endpoint.subscribe).
+	Sid uint64 `msgpack:",omitempty"`
 }
 
 // workerUnsubscribe ends such a subscription (one-way).

@@ -268,7 +268,7 @@ func (e *Endpoint) dropRef(handle string) {
 	}
 	e.mu.Unlock()
 	for _, a := range subs {
-		e.unsubscribe(a)
+		e.unsubscribe(a, 0)
 	}
 }
 

@@ -118,6 +118,10 @@ func (s *StreamServer) Routes(m *session.Mux) *session.Mux {
 
 func (s *StreamServer) subscribe(_ context.Context, p *session.Packet) error {
 	a, err := subAddrFrom(p.Metadata.Get)
+	var sid uint64
+	if err == nil {
+		sid, err = subIDFrom(p.Metadata.Get)
+	}
 	if err != nil {
 		s.h.stats.served(a.svc, a.member, s.clientID(p.Peer), wireError(err))
 		return replyError(p, err)
@@ -136,11 +140,11 @@ func (s *StreamServer) subscribe(_ context.Context, p *session.Packet) error {
 			answer(nil, &Error{Code: CodeNotAttached, Message: "this server has no session workers"})
 			return nil
 		}
-		s.att.subscribeAsync(c.pr, a, answer)
+		s.att.subscribeAsync(c.pr, a, sid, answer)
 		return nil
 	}
 	peer := p.Peer
-	answer(c.ep.subscribe(a, func(d *delivery) bool {
+	answer(c.ep.subscribe(a, sid, func(d *delivery) bool {
 		f, err := d.streamFrame(a)
 		if err != nil {
 			return true // cannot be encoded for STREAM: nothing to send (logged by the writer)
@@ -155,6 +159,10 @@ func (s *StreamServer) unsubscribe(_ context.Context, p *session.Packet) error {
 	if err != nil {
 		return nil
 	}
+	sid, err := subIDFrom(p.Metadata.Get)
+	if err != nil {
+		return nil
+	}
 	s.mu.Lock()
 	c := s.eps[p.Peer]
 	s.mu.Unlock()
@@ -163,11 +171,11 @@ func (s *StreamServer) unsubscribe(_ context.Context, p *session.Packet) error {
 	}
 	if scope, _ := p.Metadata.Get(MetaScope); scope == ScopeSession {
 		if s.att != nil {
-			s.att.unsubscribe(c.pr, a)
+			s.att.unsubscribe(c.pr, a, sid)
 		}
 		return nil
 	}
-	c.ep.unsubscribe(a)
+	c.ep.unsubscribe(a, sid)
 	return nil
 }
 
@@ -418,30 +426,33 @@ func (s *StreamConnection) onState(st connector.State) {
 // streamTransport subscribes over the STREAM connection.
 type streamTransport struct{ s *StreamConnection }
 
-func (t streamTransport) opts(session bool, a subAddr) []connector.CallOption {
+func (t streamTransport) opts(session bool, a subAddr, sid uint64) []connector.CallOption {
 	md := a.metadata(nil)
-	opts := make([]connector.CallOption, 0, len(md)+1)
+	opts := make([]connector.CallOption, 0, len(md)+2)
 	for _, e := range md {
 		opts = append(opts, connector.WithMetadata(e.Key, e.Value))
 	}
 	if session {
 		opts = append(opts, connector.WithMetadata(MetaScope, ScopeSession))
 	}
+	if sid != 0 {
+		opts = append(opts, connector.WithMetadata(MetaSubscription, strconv.FormatUint(sid, 10)))
+	}
 	return opts
 }
 
-func (t streamTransport) subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error) {
-	r, err := t.s.c.RequestRaw(ctx, NameSubscribe, wire.CodecJSON, nil, t.opts(session, a)...)
+func (t streamTransport) subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error) {
+	r, err := t.s.c.RequestRaw(ctx, NameSubscribe, wire.CodecJSON, nil, t.opts(session, a, sid)...)
 	if err != nil {
 		return nil, fromConnector(ctx, err)
 	}
 	return json.RawMessage(r.Payload), nil
 }
 
-func (t streamTransport) unsubscribeReq(session bool, a subAddr) {
+func (t streamTransport) unsubscribeReq(session bool, a subAddr, sid uint64) {
 	ctx, cancel := context.WithTimeout(t.s.subs.ctx, 5*time.Second)
 	defer cancel()
-	_ = t.s.c.Send(ctx, NameUnsubscribe, nil, t.opts(session, a)...)
+	_ = t.s.c.Send(ctx, NameUnsubscribe, nil, t.opts(session, a, sid)...)
 }
 
 // Session returns the connection to the session services of the worker this client

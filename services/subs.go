@@ -38,9 +38,14 @@ func (rs remoteSource) watch(fn func(replicaDelivery)) func() {
 }
 
 // subTransport is how a connection asks its provider to subscribe and unsubscribe.
+// sid is the subscription's id, which the unsubscribe that ends it names: the two go
+// from different goroutines and may be reordered on the way (and an unsubscribe is
+// followed at once by the next subscribe of the same member when the last replica of
+// a member goes and another comes), so the provider ends only the subscription named,
+// or an older one, never a later one.
 type subTransport interface {
-	subscribeReq(ctx context.Context, session bool, a subAddr) (json.RawMessage, error)
-	unsubscribeReq(session bool, a subAddr)
+	subscribeReq(ctx context.Context, session bool, a subAddr, sid uint64) (json.RawMessage, error)
+	unsubscribeReq(session bool, a subAddr, sid uint64)
 }
 
 type subKey struct {
@@ -72,6 +77,7 @@ type remoteSub struct {
 	key   subKey
 	kind  memberKind
 	epoch uint64
+	sid   uint64 // the id of the last subscribe asked (0: none yet)
 	phase subPhase
 	seq   uint64
 	raw   json.RawMessage
@@ -93,6 +99,7 @@ type clientSubs struct {
 	online bool             // the connection is up (server scope may subscribe)
 	att    attachmentNotice // the session scope's attachment, as last told
 	closed bool
+	sids   uint64 // the last subscription id given: they grow, over both scopes
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -155,19 +162,19 @@ func (cs *clientSubs) watch(key subKey, kind memberKind, fn func(replicaDelivery
 			rs.retry.Stop()
 		}
 		if rs.phase == subHydrating || rs.phase == subReady {
-			cs.unsubscribeLocked(key)
+			cs.unsubscribeLocked(key, rs.sid)
 		}
 	}
 }
 
-func (cs *clientSubs) unsubscribeLocked(key subKey) {
+func (cs *clientSubs) unsubscribeLocked(key subKey, sid uint64) {
 	if cs.closed {
 		return
 	}
 	cs.wg.Add(1)
 	go func() {
 		defer cs.wg.Done()
-		cs.t.unsubscribeReq(key.session, key.addr)
+		cs.t.unsubscribeReq(key.session, key.addr, sid)
 	}()
 }
 
@@ -192,12 +199,14 @@ func (cs *clientSubs) startLocked(rs *remoteSub) {
 		return
 	}
 	rs.phase = subHydrating
-	e := rs.epoch
+	cs.sids++
+	e, sid := rs.epoch, cs.sids
+	rs.sid = sid
 	cs.wg.Add(1)
 	go func() {
 		defer cs.wg.Done()
-		raw, err := cs.t.subscribeReq(cs.ctx, rs.key.session, rs.key.addr)
-		cs.snapshot(rs, e, raw, err)
+		raw, err := cs.t.subscribeReq(cs.ctx, rs.key.session, rs.key.addr, sid)
+		cs.snapshot(rs, e, sid, raw, err)
 	}()
 }
 
@@ -214,12 +223,12 @@ type snapshotReply struct {
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
-func (cs *clientSubs) snapshot(rs *remoteSub, epoch uint64, raw json.RawMessage, err error) {
+func (cs *clientSubs) snapshot(rs *remoteSub, epoch, sid uint64, raw json.RawMessage, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.subs[rs.key] != rs || rs.epoch != epoch {
 		if err == nil && cs.subs[rs.key] == nil {
-			cs.unsubscribeLocked(rs.key) // given up meanwhile
+			cs.unsubscribeLocked(rs.key, sid) // given up meanwhile
 		}
 		return
 	}

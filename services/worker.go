@@ -127,11 +127,11 @@ func (w *worker) Receive(ctx *actor.Context) {
 			_ = ctx.Reply(staleAttachment())
 			return
 		}
-		raw, err := c.ep.subscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member}, nil)
+		raw, err := c.ep.subscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member}, m.Sid, nil)
 		_ = ctx.Reply(answerOf(raw, err))
 	case *workerUnsubscribe:
 		if c := w.clients[m.Client]; c != nil {
-			c.ep.unsubscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member})
+			c.ep.unsubscribe(subAddr{svc: m.Svc, key: m.Key, gen: m.Gen, ref: m.Ref, member: m.Member}, m.Sid)
 		}
 	case *pubFlush:
 		w.flush(ctx)
@@ -357,7 +357,7 @@ func (w *worker) arrive(ctx *actor.Context) {
 		for _, a := range sc.Subs {
 			// An instance's subscription of a generation that is gone fails (stale): its
 			// observer sees the new directory.
-			_, _ = ep.subscribe(subAddr{svc: a.Svc, key: a.Key, gen: a.Gen, member: a.Member}, nil)
+			_, _ = ep.subscribe(subAddr{svc: a.Svc, key: a.Key, gen: a.Gen, member: a.Member}, a.Sid, nil)
 		}
 		w.host.clientEvent(ctx.Context, c, true)
 	}

@@ -42,6 +42,7 @@ type snapAddr struct {
 	Key    string `json:"key,omitempty"`
 	Gen    uint64 `json:"gen,omitempty"`
 	Member string `json:"member"`
+	Sid    uint64 `json:"sid,omitempty"` // the client's id of the subscription (0: none)
 }
 
 // snapSlot is a published member's sequence, and a state's (or directory's) value.
@@ -69,9 +70,9 @@ func (w *worker) Snapshot() ([]byte, error) {
 		c := w.clients[k]
 		sc := snapClient{Key: k, ID: c.client.ID, Transport: c.client.Transport, Attachment: c.client.Attachment}
 		c.ep.mu.Lock()
-		for a := range c.ep.subs {
+		for a, es := range c.ep.subs {
 			if a.ref == "" {
-				sc.Subs = append(sc.Subs, snapAddr{Svc: a.svc, Key: a.key, Gen: a.gen, Member: a.member})
+				sc.Subs = append(sc.Subs, snapAddr{Svc: a.svc, Key: a.key, Gen: a.gen, Member: a.member, Sid: es.sid})
 			}
 		}
 		c.ep.mu.Unlock()

@@ -1,0 +1,92 @@
+package services_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/meshnode/meshnode/services"
+)
+
+// A member's last replica goes (its host closes) and another comes at once (a new host
+// on the same connection): the connection unsubscribes the member and subscribes it
+// again, from two goroutines, so the two can be reordered on the way (at the client,
+// at a session's server, at the worker). The unsubscribe is held here until the new
+// subscription has hydrated: coming last, it must not end that subscription (its
+// replica froze: it never heard another update, with no error).
+func TestReorder_LateUnsubscribeLeavesTheNextSubscription(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			provider := newHost(t, "provider", nil, boardFacet("provider", 0))
+			conn, _ := tr.connect(t, provider)
+			lateUnsubscribe(t, []services.Connection{conn}, conn, nil)
+		})
+	}
+	for _, tr := range presentationTransports {
+		t.Run("session-"+tr, func(t *testing.T) {
+			f := startSvcFleet(t, 2, nil)
+			w := f.workerOn(t, 1, "reorder-")
+			p := f.connectPresentation(t, 0, tr)
+			lateUnsubscribe(t, []services.Connection{p.server, p.session}, p.session, func(t *testing.T, mgmt *services.SessionManagement) {
+				if _, err := mgmt.Create.Call(callCtx(t), services.CreateArgs{Session: w}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mgmt.Attach.Call(callCtx(t), services.AttachArgs{Session: w}); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// lateUnsubscribe runs a host on conns whose board comes over sub, closes it, and runs
+// another at once; the first's unsubscribes are held until the second has hydrated.
+// attach, when set, attaches the first host's presentation to its session.
+func lateUnsubscribe(t *testing.T, conns []services.Connection, sub services.Connection, attach func(t *testing.T, mgmt *services.SessionManagement)) {
+	held, release := services.HoldUnsubscribes(sub)
+	t.Cleanup(release)
+	consumer := func(first bool) (*services.Host, *Board) {
+		var (
+			b    *Board
+			mgmt *services.SessionManagement
+		)
+		h := newHost(t, "consumer", conns, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+			b = services.Use(env, BoardToken)
+			if attach != nil {
+				mgmt = services.Use(env, services.SessionManagementToken)
+			}
+		}})
+		if first && attach != nil {
+			attach(t, mgmt)
+		}
+		return h, b
+	}
+	hydrated := func(b *Board) func() bool {
+		return func() bool { _, ok := b.Score.Value(); return ok }
+	}
+
+	first, b1 := consumer(true)
+	eventually(t, "the first host's score hydrates", hydrated(b1))
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first host's unsubscribe of the score is on its way (held)", func() bool { return held("score") >= 1 })
+
+	_, b2 := consumer(false)
+	eventually(t, "the second host's score hydrates (its subscribe was served)", hydrated(b2))
+
+	served, restore := services.CountUnsubscribesServed("score")
+	t.Cleanup(restore)
+	release()
+	eventually(t, "the late unsubscribe is served", func() bool { return served() >= 1 })
+
+	if _, err := b2.Set.Call(callCtx(t), Score{N: 42}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second host's replica hears the next update", func() bool {
+		v, ok := b2.Score.Value()
+		return ok && v.N == 42
+	})
+	if st := b2.Score.Status(); !st.Hydrated || st.Stale {
+		t.Fatalf("status %+v", st)
+	}
+}
