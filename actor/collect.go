@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/meshnode/meshnode/internal/histogram"
@@ -89,7 +90,13 @@ type Stats struct {
 	DirectoryPulls  int64 // members this node asked for their activations (directory rebuilds)
 	StopWaits       int64 // activations that waited for an earlier one of their Actor here to stop (it moved away and back at once)
 	DirectoryBusy   int64 // directory requests from peers answered unavailable at once: the bound of requests in progress was reached
-	Quorum          bool  // this node sees a majority of the mesh (keep-majority)
+	// RequestsTimedOut: Actor requests from this node that ended at their deadline
+	// (their ctx, or DefaultRequestTimeout) unanswered.
+	RequestsTimedOut int64
+	// RequestsNodeFailed: Actor requests from this node that failed while they waited
+	// because the target's node failed or left.
+	RequestsNodeFailed int64
+	Quorum             bool // this node sees a majority of the mesh (keep-majority)
 }
 
 // Stats returns the current figures.
@@ -100,7 +107,8 @@ func (h *Host) Stats() Stats {
 	return Stats{Active: n, System: sys, Collected: h.collected.Load(), MailboxRejected: h.mailboxRejected.Load(),
 		Panics: h.panics.Load(), PanicStops: h.stoppedBad.Load(),
 		Moves: h.moves.Load(), MovesFailed: h.movesFailed.Load(), MovesRefused: h.movesRefused.Load(),
-		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), DirectoryBusy: h.dirBusy.Load(), Quorum: h.quorum.has()}
+		Followed: h.followed.Load(), Duplicates: h.duplicates.Load(), DirectoryPulls: h.dirPulls.Load(), StopWaits: h.stopWaits.Load(), DirectoryBusy: h.dirBusy.Load(),
+		RequestsTimedOut: h.reqTimedOut.Load(), RequestsNodeFailed: h.calls.nodeFailed.Load(), Quorum: h.quorum.has()}
 }
 
 func (h *Host) registerMetrics(mp metric.MeterProvider) error {
@@ -165,6 +173,13 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	reqFailed, err := m.Int64ObservableCounter("meshnode.actor.requests.failed", metric.WithUnit("{request}"),
+		metric.WithDescription("Actor requests from this node that failed while they waited, by reason: deadline_exceeded (their deadline, or the default of 30 s, passed unanswered) or node_failed (the target's node failed or left)."))
+	if err != nil {
+		return err
+	}
+	timedOut := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "deadline_exceeded")))
+	nodeFailed := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "node_failed")))
 	// No unit: the exporter would name a gauge of unit "1" a ratio; this is a 0/1 state.
 	quorum, err := m.Int64ObservableGauge("meshnode.actor.quorum",
 		metric.WithDescription("1 while this node sees a majority of the mesh and places Actors (keep-majority), 0 otherwise."))
@@ -190,12 +205,14 @@ func (h *Host) registerMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(duplicates, s.Duplicates)
 		o.ObserveInt64(stopWaits, s.StopWaits)
 		o.ObserveInt64(dirBusy, s.DirectoryBusy)
+		o.ObserveInt64(reqFailed, s.RequestsTimedOut, timedOut)
+		o.ObserveInt64(reqFailed, s.RequestsNodeFailed, nodeFailed)
 		q := int64(0)
 		if s.Quorum {
 			q = 1
 		}
 		o.ObserveInt64(quorum, q)
 		return nil
-	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, stopWaits, dirBusy, quorum)
+	}, active, collected, rejected, panics, panicStops, moves, movesFailed, movesRefused, followed, duplicates, stopWaits, dirBusy, reqFailed, quorum)
 	return err
 }

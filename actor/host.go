@@ -143,6 +143,7 @@ type Host struct {
 	dirPulls     atomic.Int64 // Stats.DirectoryPulls
 	stopWaits    atomic.Int64 // Stats.StopWaits
 	dirBusy      atomic.Int64 // Stats.DirectoryBusy
+	reqTimedOut  atomic.Int64 // Stats.RequestsTimedOut
 	draining     atomic.Bool
 	failMu       sync.Mutex
 	failedAt     map[mesh.NodeID]time.Time // members that failed, for the failover margin

@@ -218,7 +218,9 @@ func (h *Host) requestFunc(ctx context.Context, to Target, msg any, attempt int,
 		done(v, err)
 	}
 	s := context.AfterFunc(ctx, func() {
-		call.complete(nil, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err()))
+		if call.complete(nil, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err())) {
+			h.reqTimedOut.Add(1)
+		}
 	})
 	stop.Store(&s)
 	if call.finished.Load() {
@@ -258,6 +260,7 @@ func (h *Host) requestOnce(ctx context.Context, to Target, msg any, from *Ref) (
 	case r := <-call.done:
 		return r.value, f, errors.Is(r.err, errNotDelivered), r.err
 	case <-ctx.Done():
+		h.reqTimedOut.Add(1)
 		return nil, f, false, fault.Errorf(fault.DeadlineExceeded, "actor: request to %s: %w", f.Ref, ctx.Err())
 	}
 }
@@ -368,23 +371,29 @@ type pendingCall struct {
 	finished atomic.Bool
 }
 
-func (c *pendingCall) complete(v any, err error) {
+// complete ends the call with v or err; it reports whether this ended it (a call ends
+// once: the first of its reply, its deadline and its node's failure).
+func (c *pendingCall) complete(v any, err error) bool {
 	if c.fn != nil {
 		if c.finished.CompareAndSwap(false, true) {
 			c.fn(v, err)
+			return true
 		}
-		return
+		return false
 	}
 	select {
 	case c.done <- callResult{value: v, err: err}:
+		return true
 	default:
+		return false
 	}
 }
 
 type pendingCalls struct {
-	next atomic.Uint64
-	mu   sync.Mutex
-	m    map[uint64]*pendingCall
+	nodeFailed atomic.Int64 // calls failNode ended (Stats.RequestsNodeFailed)
+	next       atomic.Uint64
+	mu         sync.Mutex
+	m          map[uint64]*pendingCall
 }
 
 func (p *pendingCalls) add(c *pendingCall) uint64 {
@@ -421,7 +430,9 @@ func (p *pendingCalls) failNode(id mesh.NodeID, why string) {
 	}
 	p.mu.Unlock()
 	for _, c := range calls {
-		c.complete(nil, fault.Errorf(fault.Unavailable, "actor: the target's node %s %s", id, why))
+		if c.complete(nil, fault.Errorf(fault.Unavailable, "actor: the target's node %s %s", id, why)) {
+			p.nodeFailed.Add(1)
+		}
 	}
 }
 

@@ -277,6 +277,7 @@ func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
 		t.Fatalf("replier's error: %v, want fault.Rejected", err)
 	}
 	// Held and never answered: the caller's deadline.
+	before := c.host(0).Stats()
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -284,6 +285,10 @@ func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
 		t.Fatalf("unanswered request: %v, want fault.DeadlineExceeded", err)
 	} else if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("returned after %v, deadline 200ms", d)
+	}
+	if s := c.host(0).Stats(); s.RequestsTimedOut-before.RequestsTimedOut != 1 || s.RequestsNodeFailed != before.RequestsNodeFailed {
+		t.Fatalf("after one request ran out of time: %d timed out, %d failed with their node; want 1 and 0",
+			s.RequestsTimedOut-before.RequestsTimedOut, s.RequestsNodeFailed-before.RequestsNodeFailed)
 	}
 	if _, err := c.host(0).Request(reqCtx(t), actor.Address{Kind: "no-such-kind", ID: "x"}, Ping{}); !errors.Is(err, fault.NotFound) {
 		t.Fatalf("unknown kind: %v, want fault.NotFound", err)
@@ -306,6 +311,10 @@ func TestSurface_RequestErrorsAreTypedAndNeverHang(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("a request to a dead node still waits")
+	}
+	if s := c.host(0).Stats(); s.RequestsNodeFailed-before.RequestsNodeFailed != 1 || s.RequestsTimedOut-before.RequestsTimedOut != 1 {
+		t.Fatalf("after a request's target node died: %d failed with their node, %d timed out; want 1 and 1 (the earlier one)",
+			s.RequestsNodeFailed-before.RequestsNodeFailed, s.RequestsTimedOut-before.RequestsTimedOut)
 	}
 }
 
