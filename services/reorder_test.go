@@ -90,3 +90,45 @@ func lateUnsubscribe(t *testing.T, conns []services.Connection, sub services.Con
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// A connector stays its owner's when a StreamConnection on it closes, and the server
+// keeps the STREAM session's subscriptions (Close sends no unsubscribes). A second
+// StreamConnection on the same connector subscribes members the first held: its
+// subscription ids must be later than the first's, or the server refuses them as
+// superseded and its replicas never hydrate (they did not, when each connection
+// counted its ids from 1).
+func TestReorder_ASecondConnectionOnOneConnectorHydrates(t *testing.T) {
+	provider := newHost(t, "provider", nil, boardFacet("provider", 0))
+	connectStreamAs(t, provider) // serves the provider over STREAM
+	ep, _ := streamServers.Load(provider)
+	c, _ := connectStreamTo(t, ep.(string))
+	board := func(conn services.Connection) (*services.Host, *Board) {
+		var b *Board
+		h := newHost(t, "consumer", []services.Connection{conn}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+			b = services.Use(env, BoardToken)
+		}})
+		eventually(t, "a host's score hydrates", func() bool { _, ok := b.Score.Value(); return ok })
+		return h, b
+	}
+	first := services.NewStreamConnection(c)
+	// Three hosts one after the other: the first connection's ids of the score grow.
+	for range 3 {
+		h, _ := board(first)
+		if err := h.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	board(first) // the server holds its subscription past the connection's Close
+	first.Close()
+
+	second := services.NewStreamConnection(c)
+	t.Cleanup(second.Close)
+	_, b := board(second)
+	if _, err := b.Set.Call(callCtx(t), Score{N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second connection's replica hears the next update", func() bool {
+		v, ok := b.Score.Value()
+		return ok && v.N == 7
+	})
+}

@@ -48,6 +48,12 @@ type subTransport interface {
 	unsubscribeReq(session bool, a subAddr, sid uint64)
 }
 
+// subscriptionIDs numbers every subscribe of the process: ids of one member grow on
+// every connection, over both scopes, and past a connection's Close (a second
+// StreamConnection on the same connector, whose STREAM session the server still holds
+// the first one's subscriptions of, subscribes with later ids).
+var subscriptionIDs atomic.Uint64
+
 type subKey struct {
 	session bool
 	addr    subAddr
@@ -99,7 +105,6 @@ type clientSubs struct {
 	online bool             // the connection is up (server scope may subscribe)
 	att    attachmentNotice // the session scope's attachment, as last told
 	closed bool
-	sids   uint64 // the last subscription id given: they grow, over both scopes
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -199,8 +204,7 @@ func (cs *clientSubs) startLocked(rs *remoteSub) {
 		return
 	}
 	rs.phase = subHydrating
-	cs.sids++
-	e, sid := rs.epoch, cs.sids
+	e, sid := rs.epoch, subscriptionIDs.Add(1)
 	rs.sid = sid
 	cs.wg.Add(1)
 	go func() {
