@@ -915,7 +915,8 @@ func (a *Attacher) dropSubs(ps *presentation) {
 			h.stats.countDrop() // in the node's metrics, before the attacher's own figure
 		}
 		a.stats.dropped.Add(1)
-		_ = ps.p.push(why.toFrame(addr, ScopeSession, r.inc))
+		notice := &delivery{op: why.op, err: why.err, sid: sid}
+		_ = ps.p.push(notice.toFrame(addr, ScopeSession, r.inc))
 		a.unsubscribeAsync(r, addr, sid, nil) // at most MaxSubscriptionsPerClient of them
 	}
 	a.rl.Log(a.log, slog.LevelWarn, "presentation_dropped", "services: a presentation fell behind; its session subscriptions were dropped",

@@ -122,6 +122,10 @@ func (e *Endpoint) subscribe(a subAddr, sid uint64, sink func(*delivery) bool) (
 	if e.shared != nil {
 		snap, stop, err = e.shared.add(sl, a)
 	} else {
+		if h := refuseHook.Load(); h != nil {
+			deliver, refuse := sink, *h
+			sink = func(d *delivery) bool { return !refuse(a) && deliver(d) }
+		}
 		stop, err = sl.watchFrom(func(seq uint64, raw json.RawMessage, _ any) {
 			snap = snapshotReply{Seq: seq, Value: raw}
 		}, sink, func() { e.dropped(a, ent) })
@@ -184,6 +188,11 @@ func (e *Endpoint) unsubscribe(a subAddr, sid uint64) {
 	}
 }
 
+// refuseHook, when a test sets it before a server-scope subscribe, is asked before
+// each delivery to that subscription: true refuses it, as a subscriber that fell
+// behind (its socket's queue full) would.
+var refuseHook atomic.Pointer[func(subAddr) bool]
+
 // unsubscribeHook, when a test sets it, is told of each unsubscribe an endpoint has
 // handled (whether it ended a subscription or not).
 var unsubscribeHook atomic.Pointer[func(subAddr)]
@@ -221,7 +230,7 @@ func (e *Endpoint) dropped(a subAddr, ent *endSub) {
 	e.h.stats.subscriptions.Add(-1)
 	e.h.stats.dropped(a, e.client.ID)
 	if e.notify != nil {
-		d := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the subscriber fell behind and was dropped; subscribe again"}}
+		d := &delivery{op: opClosed, err: &Error{Code: CodeFlowControl, Message: "the subscriber fell behind and was dropped; subscribe again"}, sid: ent.sid}
 		_ = e.notify(d.toFrame(a, "", 0))
 	}
 }

@@ -244,3 +244,12 @@ func CountUnsubscribesServed(member string) (served func() int64, restore func()
 	unsubscribeHook.Store(&hook)
 	return n.Load, func() { unsubscribeHook.Store(nil) }
 }
+
+// RefuseDeliveries makes server-scope subscriptions made from now on of member refuse
+// their deliveries while refusing() is true, as subscribers that fell behind: the
+// endpoint drops them for flow control and tells their client.
+func RefuseDeliveries(member string, refusing func() bool) (restore func()) {
+	hook := func(a subAddr) bool { return a.member == member && refusing() }
+	refuseHook.Store(&hook)
+	return func() { refuseHook.Store(nil) }
+}

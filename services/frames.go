@@ -129,6 +129,9 @@ func (d *delivery) toFrame(addr subAddr, scope string, inc uint64) frame {
 		md = append(md, wire.MetadataEntry{Key: MetaScope, Value: scope}, wire.MetadataEntry{Key: MetaIncarnation, Value: strconv.FormatUint(inc, 10)})
 	}
 	md = append(md, wire.MetadataEntry{Key: MetaSeq, Value: strconv.FormatUint(d.seq, 10)})
+	if d.sid != 0 {
+		md = append(md, wire.MetadataEntry{Key: MetaSubscription, Value: strconv.FormatUint(d.sid, 10)})
+	}
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := d.trace[k]; ok && v != "" {
 			md = append(md, wire.MetadataEntry{Key: k, Value: v})
@@ -153,6 +156,7 @@ type inbound struct {
 	inc     uint64
 	op      deliveryOp
 	seq     uint64
+	sid     uint64 // a flow-control notice's subscription (0: none named)
 	raw     json.RawMessage
 	trace   map[string]string
 	err     *Error
@@ -171,8 +175,13 @@ func inboundFrom(name string, get func(string) (string, bool), payload []byte) (
 		in.inc, _ = strconv.ParseUint(v, 10, 64)
 	}
 	s, _ := get(MetaSeq)
-	if in.seq, err = strconv.ParseUint(s, 10, 64); err != nil || in.seq == 0 {
+	// A subscription's own flow-control notice (a server's or a session's, dropping
+	// one subscriber) is not one of the member's publications: it has no sequence.
+	if in.seq, err = strconv.ParseUint(s, 10, 64); err != nil || in.seq == 0 && name != NameClosed {
 		return in, fmt.Errorf("services: %s without a sequence", name)
+	}
+	if in.sid, err = subIDFrom(get); err != nil {
+		return in, err
 	}
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := get(k); ok {

@@ -2,6 +2,7 @@ package services_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/meshnode/meshnode/services"
@@ -130,5 +131,45 @@ func TestReorder_ASecondConnectionOnOneConnectorHydrates(t *testing.T) {
 	eventually(t, "the second connection's replica hears the next update", func() bool {
 		v, ok := b.Score.Value()
 		return ok && v.N == 7
+	})
+}
+
+// A Go client whose server-scope subscription the server drops for flow control (its
+// socket's queue was full) is told so, subscribes again and hydrates from a fresh
+// snapshot: the notice carries no sequence (it is not one of the member's
+// publications), and the client dropped it as one without, so its replica stayed ready
+// and never heard another update.
+func TestFlowControl_AGoClientDroppedSubscribesAgain(t *testing.T) {
+	var refusing atomic.Bool
+	t.Cleanup(services.RefuseDeliveries("score", refusing.Load))
+	provider := newHost(t, "provider", nil, boardFacet("provider", 0))
+	conn, _ := connectStream(t, provider)
+	var b *Board
+	newHost(t, "consumer", []services.Connection{conn}, services.Facet{ID: "ui", Setup: func(env *services.Env) {
+		b = services.Use(env, BoardToken)
+	}})
+	eventually(t, "the score hydrates", func() bool { _, ok := b.Score.Value(); return ok })
+	dropped := services.SubscriptionsDropped(provider)
+
+	refusing.Store(true) // the next update finds the subscriber behind
+	if _, err := b.Set.Call(callCtx(t), Score{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	refusing.Store(false)
+	if n := services.SubscriptionsDropped(provider) - dropped; n != 1 {
+		t.Fatalf("%d subscriptions dropped for the refused update, want 1", n)
+	}
+	// Subscribed again: the fresh snapshot holds the update the drop missed, and the
+	// next update arrives as usual.
+	eventually(t, "the replica has the update its drop missed", func() bool {
+		v, ok := b.Score.Value()
+		return ok && v.N == 1
+	})
+	if _, err := b.Set.Call(callCtx(t), Score{N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica hears the next update", func() bool {
+		v, ok := b.Score.Value()
+		return ok && v.N == 2
 	})
 }

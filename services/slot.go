@@ -35,6 +35,9 @@ type delivery struct {
 	val   any               // the same value as the provider's Go value (borrowed)
 	trace map[string]string // the W3C trace context of the Set or Emit (nil: none)
 	err   *Error            // opClosed: why
+	// sid, on a flow-control notice of one subscription (not the slot's publication),
+	// is the id its client gave it: the client ignores a notice of an earlier one.
+	sid uint64
 
 	// The STREAM frame of a server-scope subscription, encoded once for every
 	// subscriber of the slot (the metadata is the same for all of them).

@@ -326,6 +326,19 @@ func (cs *clientSubs) onInbound(in inbound) {
 		cs.stale.Add(1) // of a route that is not the current one
 		return
 	}
+	if in.op == opClosed && in.seq == 0 {
+		// A subscription's own notice (it was dropped for flow control), outside the
+		// member's sequence: for the subscription it names (an earlier one's is stale),
+		// and after every frame queued before it, which came first.
+		if in.sid != 0 && in.sid != rs.sid {
+			cs.stale.Add(1)
+			return
+		}
+		if rs.phase == subHydrating || rs.phase == subReady {
+			cs.closedLocked(rs, in)
+		}
+		return
+	}
 	switch rs.phase {
 	case subHydrating:
 		if len(rs.buf) >= maxBuffered {
@@ -368,18 +381,22 @@ func (cs *clientSubs) applyLocked(rs *remoteSub, in inbound) {
 	case opEvent:
 		rs.tell(replicaDelivery{op: rdEvent, seq: in.seq, raw: in.raw, trace: in.trace})
 	case opClosed:
-		if in.err != nil && in.err.Code == CodeFlowControl {
-			// Dropped for flow control: this client has caught up with what was queued
-			// before the notice; subscribe again (a state from a fresh snapshot, events
-			// from now on).
-			cs.resubscribed.Add(1)
-			rs.tell(replicaDelivery{op: rdStale})
-			cs.startLocked(rs)
-			return
-		}
-		rs.phase = subClosed
-		rs.tell(replicaDelivery{op: rdClosed, err: in.err})
+		cs.closedLocked(rs, in)
 	}
+}
+
+// closedLocked ends rs on a closed notice: dropped for flow control, the client has
+// caught up with what was queued before the notice and subscribes again (a state from
+// a fresh snapshot, events from now on); otherwise the member ended.
+func (cs *clientSubs) closedLocked(rs *remoteSub, in inbound) {
+	if in.err != nil && in.err.Code == CodeFlowControl {
+		cs.resubscribed.Add(1)
+		rs.tell(replicaDelivery{op: rdStale})
+		cs.startLocked(rs)
+		return
+	}
+	rs.phase = subClosed
+	rs.tell(replicaDelivery{op: rdClosed, err: in.err})
 }
 
 // setOnline records the connection going down (replicas keep stale values) or coming
