@@ -420,8 +420,10 @@ func TestReadyz_ExpiredCertificateIs503UntilARenewedOneIsLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Valid long enough for the node to start (the start refuses an expired one).
-	cert, key, err := p.NodeWith("solo", testkit.NodeCertOptions{NotAfter: time.Now().Add(5 * time.Second)})
+	// Valid long enough for the node to start (the start refuses an expired one) on
+	// two loaded cores: NotAfter is cut to the second, and the binary starts with mesh
+	// TLS meanwhile.
+	cert, key, err := p.NodeWith("solo", testkit.NodeCertOptions{NotAfter: time.Now().Add(10 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +441,7 @@ func TestReadyz_ExpiredCertificateIs503UntilARenewedOneIsLoaded(t *testing.T) {
 	defer func() { _ = stop() }()
 	readyz := "http://" + addrs["admin"] + "/readyz"
 
-	// Before it expires: ready, with the warning (five seconds is under a third of its
+	// Before it expires: ready, with the warning (ten seconds is under a third of its
 	// lifetime). An answer that arrived before NotAfter was decided before it.
 	code, body, _ := call(t, plainClient, "GET", readyz, "")
 	if time.Now().Before(leaf.NotAfter) && (code != http.StatusOK || !strings.Contains(body, "expires in")) {
