@@ -24,7 +24,7 @@ func okRequests(t *testing.T, out string) int {
 }
 
 // meshnode bench against a fleet: echo and, with --bind, room.echo relayed to rooms
-// on both nodes; it reports requests/s, the latency percentiles and no errors, and
+// on both nodes (32 of random names); it reports requests/s, the latency percentiles and no errors, and
 // exits 0. The session node timed exactly as many relayed requests as bench counted.
 func TestBenchReportsAFleet(t *testing.T) {
 	fleet := startFleet(t, 2, "test")
@@ -37,12 +37,12 @@ func TestBenchReportsAFleet(t *testing.T) {
 		t.Errorf("no latency percentiles:\n%s", out)
 	}
 	before := a.Metric("meshnode_binding_relayed_request_duration_seconds_count")
-	code, out, errs = meshnode(t, nil, "bench", "--stream", a.Endpoints["tcp"], "--sessions", "8", "--duration", "1s", "--bind", "--rate", "400")
+	code, out, errs = meshnode(t, nil, "bench", "--stream", a.Endpoints["tcp"], "--sessions", "32", "--duration", "1s", "--bind", "--rate", "400")
 	n := okRequests(t, out)
 	if code != 0 || n == 0 || !strings.Contains(out, "room.echo for 1s, at 400 requests/s") || !strings.Contains(out, "errors    none") {
 		t.Fatalf("bench --bind: exit %d\n%s%s", code, out, errs)
 	}
-	// Paced at 400/s for 1 s: 8 sessions, one request due every 20 ms each, the
+	// Paced at 400/s for 1 s: 32 sessions, one request due every 80 ms each, the
 	// sessions 2.5 ms apart; every request due before the end is sent, late or not.
 	if n != 400 {
 		t.Errorf("bench --rate 400 for 1s made %d requests, want 400", n)
@@ -50,8 +50,10 @@ func TestBenchReportsAFleet(t *testing.T) {
 	if got := a.Metric("meshnode_binding_relayed_request_duration_seconds_count") - before; int(got) != n {
 		t.Errorf("node-0 timed %v relayed requests, bench counted %d", got, n)
 	}
-	if fleet[1].Actors() == 0 {
-		t.Errorf("no room of 8 was placed on node-1")
+	// Rooms of random names, placed by hashing: with 32, all on one node is a chance
+	// of 2^-31 (with 8, none on node-1 was 1 in 256, and CI met it).
+	if fleet[0].Actors() <= 0 || fleet[1].Actors() <= 0 {
+		t.Errorf("the 32 rooms were not placed on both nodes: %d on node-0, %d on node-1", fleet[0].Actors(), fleet[1].Actors())
 	}
 }
 
