@@ -19,15 +19,7 @@ var lateDropToken = Define("test.late-drop", func(d *Describer, s *lateDropState
 // watcher in the slot for the life of the slot, fed to a sink nobody stops (found by a
 // review).
 func TestEndpoint_LateDropLeavesTheSubscriptionThatReplacedItsOwn(t *testing.T) {
-	ctx := context.Background()
-	h, err := NewHost(ctx, HostOptions{Name: "provider"}, Facet{ID: "p", Setup: func(env *Env) {
-		Provide(env, lateDropToken, &lateDropState{Value: NewState(0)})
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close(ctx) }()
-	e := h.Endpoint(ctx, Client{ID: "c"})
+	h, e := lateDropEndpoint(t)
 	a := subAddr{svc: "test.late-drop", member: "value"}
 	sink := func(*delivery) bool { return true }
 	if _, err := e.subscribe(a, 1, sink); err != nil {
@@ -68,15 +60,7 @@ func TestEndpoint_LateDropLeavesTheSubscriptionThatReplacedItsOwn(t *testing.T) 
 // subscription or an older one; without ids (an older client's) the last one served
 // stands, as before.
 func TestEndpoint_SubscriptionIDsOrderAMembersSubscribes(t *testing.T) {
-	ctx := context.Background()
-	h, err := NewHost(ctx, HostOptions{Name: "provider"}, Facet{ID: "p", Setup: func(env *Env) {
-		Provide(env, lateDropToken, &lateDropState{Value: NewState(0)})
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close(ctx) }()
-	e := h.Endpoint(ctx, Client{ID: "c"})
+	h, e := lateDropEndpoint(t)
 	defer e.Close()
 	a := subAddr{svc: "test.late-drop", member: "value"}
 	sink := func(*delivery) bool { return true }
@@ -117,4 +101,18 @@ func TestEndpoint_SubscriptionIDsOrderAMembersSubscribes(t *testing.T) {
 	if held() != 0 || SubscriptionsOf(h) != 0 {
 		t.Fatalf("an unsubscribe without an id left %d subscriptions (%d counted)", held(), SubscriptionsOf(h))
 	}
+}
+
+// lateDropEndpoint is a provider host of lateDropToken and a client's endpoint on it;
+// the host closes with the test.
+func lateDropEndpoint(t *testing.T) (*Host, *Endpoint) {
+	ctx := context.Background()
+	h, err := NewHost(ctx, HostOptions{Name: "provider"}, Facet{ID: "p", Setup: func(env *Env) {
+		Provide(env, lateDropToken, &lateDropState{Value: NewState(0)})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(ctx) })
+	return h, h.Endpoint(ctx, Client{ID: "c"})
 }

@@ -191,9 +191,7 @@ func TestR29_EventSubscriptionsAreCleanedUp(t *testing.T) {
 func TestIssue28_EveryEventCarriesItsEmittersTrace(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			rec, tp := recordSpans(t)
 			provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), TracerProvider: tp}, boardFacet("p", 0))
 			if err != nil {
 				t.Fatal(err)
@@ -205,9 +203,7 @@ func TestIssue28_EveryEventCarriesItsEmittersTrace(t *testing.T) {
 	}
 	for _, tr := range presentationTransports {
 		t.Run("session-"+tr, func(t *testing.T) {
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			rec, tp := recordSpans(t)
 			f := startSvcFleetWith(t, 2, nil, func(_ int, cfg *meshnode.Config) { cfg.TracerProvider = tp })
 			w := f.workerOn(t, 1, "traced-")
 			p := f.connectPresentation(t, 0, tr)
@@ -283,19 +279,8 @@ func eventsCarryTraces(t *testing.T, rec *tracetest.SpanRecorder, tp *sdktrace.T
 		if !ok || span.Name() != "services.deliver" {
 			t.Fatalf("event %d: the listener's span is %T, want the consumer's services.deliver span", ev.n, trace.SpanFromContext(ev.ctx))
 		}
-		parent := span.Parent().SpanID()
-		eventually(t, "the emitting call's span ends", func() bool {
-			for _, e := range rec.Ended() {
-				if e.SpanContext().SpanID() == parent {
-					return true
-				}
-			}
-			return false
-		})
-		for _, e := range rec.Ended() {
-			if e.SpanContext().SpanID() == parent && (e.Name() != "rpc.server" || e.SpanContext().TraceID() != want[ev.n]) {
-				t.Fatalf("event %d: its delivery's parent is %q in trace %v, want the emitting call's rpc.server", ev.n, e.Name(), e.SpanContext().TraceID())
-			}
+		if p := endedParent(t, rec, ev.ctx); p.Name() != "rpc.server" || p.SpanContext().TraceID() != want[ev.n] {
+			t.Fatalf("event %d: its delivery's parent is %q in trace %v, want the emitting call's rpc.server", ev.n, p.Name(), p.SpanContext().TraceID())
 		}
 	}
 }

@@ -150,9 +150,7 @@ func TestR22_NoRaceBetweenSnapshotAndUpdate(t *testing.T) {
 func TestR23_DeliveryContexts(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			rec, tp := recordSpans(t)
 			provider, err := services.NewHost(context.Background(), services.HostOptions{Name: "provider", Logger: quiet(), TracerProvider: tp}, boardFacet("p", 0))
 			if err != nil {
 				t.Fatal(err)
@@ -194,31 +192,48 @@ func TestR23_DeliveryContexts(t *testing.T) {
 			if d, _ := services.DeliveryOf(hyd.ctx(1)); d.Kind != services.DeliveryUpdate || uc.TraceID() != caller.SpanContext().TraceID() {
 				t.Fatalf("update delivery %+v in trace %v, want the writer's trace %v", d, uc.TraceID(), caller.SpanContext().TraceID())
 			}
-			// The delivery spans end when their listener returns, and the parents when
-			// their own work does (the Set's rpc.server span after its reply went):
-			// read each parent from the live span, and wait for it to end.
-			parentNamed := func(ctx context.Context, want string) bool {
-				live, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
-				if !ok {
-					return false
-				}
-				for _, s := range rec.Ended() {
-					if s.SpanContext().SpanID() == live.Parent().SpanID() {
-						return s.Name() == want
-					}
-				}
-				return false
-			}
 			// The hydration's span is a child of the listener's subscription.
-			eventually(t, "the hydration's parent to be the subscription's span", func() bool {
-				return parentNamed(hyd.ctx(0), "services.subscribe")
-			})
+			if p := endedParent(t, rec, hyd.ctx(0)); p.Name() != "services.subscribe" {
+				t.Errorf("the hydration's parent is %q, want the subscription's span", p.Name())
+			}
 			// The update's span is a child of the provider's rpc.server span of the Set.
-			eventually(t, "the update's parent to be the write's rpc.server span", func() bool {
-				return parentNamed(hyd.ctx(1), "rpc.server")
-			})
+			if p := endedParent(t, rec, hyd.ctx(1)); p.Name() != "rpc.server" {
+				t.Errorf("the update's parent is %q, want the write's rpc.server span", p.Name())
+			}
 		})
 	}
+}
+
+// recordSpans returns a tracer provider whose ended spans rec records; it shuts down
+// with the test.
+func recordSpans(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return rec, tp
+}
+
+// endedParent returns the parent of the span of a delivery's ctx once it has ended: a
+// delivery's span ends when its listener returns, its parent when its own work does
+// (a Set's or an Emit's rpc.server span after its reply went), so the parent is read
+// from the live span and waited for.
+func endedParent(t *testing.T, rec *tracetest.SpanRecorder, ctx context.Context) sdktrace.ReadOnlySpan {
+	t.Helper()
+	live, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
+	if !ok {
+		t.Fatalf("the delivery's span is %T, not a recorded one", trace.SpanFromContext(ctx))
+	}
+	var parent sdktrace.ReadOnlySpan
+	eventually(t, "the delivery's parent span to end", func() bool {
+		for _, s := range rec.Ended() {
+			if s.SpanContext().SpanID() == live.Parent().SpanID() {
+				parent = s
+				return true
+			}
+		}
+		return false
+	})
+	return parent
 }
 
 // R24: a disconnect keeps the last value as stale display data; reconnecting to the

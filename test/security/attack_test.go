@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshnode/meshnode"
 	"github.com/meshnode/meshnode/internal/nodert"
 	proto "github.com/meshnode/meshnode/internal/protoactor/actor"
 	"github.com/meshnode/meshnode/internal/testkit"
@@ -179,22 +180,7 @@ func TestMeshTLS_ValidCertificateClaimingAnotherNodeIsRefused(t *testing.T) {
 	key, _ := newKey(t)
 	c := securedCluster(t, 2, p, key)
 	n0, n1 := c.Node(0), c.Node(1)
-	f := issue(t, p, "mallory")
-	certs, err := meshtls.Load(meshtls.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, "mallory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mallory, err := mesh.Start(context.Background(), mesh.Config{RID: "mallory", TLS: certs, GossipKeys: [][]byte{key},
-		Join: []string{n0.MeshAddr()}, Preset: mesh.PresetTest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer meshtest.KillMesh(mallory)
-	testkit.Eventually(t, wait, "node-0 admits mallory (a valid fleet certificate)", func() bool {
-		_, ok := n0.Membership().Member("mallory")
-		return ok
-	})
-	m, _ := n0.Membership().Member("mallory")
+	mallory, m := joinMallory(t, p, key, n0)
 	forged := &meshpb.Envelope{FromRid: n1.ID().RID, FromGeneration: n1.ID().Generation,
 		ToRid: n0.ID().RID, ToGeneration: n0.ID().Generation, Frames: replacedRecord(t, n0.ID())}
 	meshtest.SendEnvelope(mallory, n0.Mesh().RemoteAddr(), meshtest.RecordsActor, forged)
@@ -311,22 +297,7 @@ func TestMeshTLS_ForgedRIDDropsAreCountedEachAndLoggedOncePerClaimedRID(t *testi
 	var log testkit.LockedBuffer
 	c := meshtest.Start(t, 1, meshtest.Options{Config: secure(t, p, key), Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	n0 := c.Node(0)
-	f := issue(t, p, "mallory")
-	certs, err := meshtls.Load(meshtls.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, "mallory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mallory, err := mesh.Start(context.Background(), mesh.Config{RID: "mallory", TLS: certs, GossipKeys: [][]byte{key},
-		Join: []string{n0.MeshAddr()}, Preset: mesh.PresetTest, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer meshtest.KillMesh(mallory)
-	testkit.Eventually(t, wait, "node-0 admits mallory (a valid fleet certificate)", func() bool {
-		_, ok := n0.Membership().Member("mallory")
-		return ok
-	})
-	m, _ := n0.Membership().Member("mallory")
+	mallory, m := joinMallory(t, p, key, n0)
 	for _, claimed := range []string{"node-8", "node-9"} {
 		for range tries {
 			forged := &meshpb.Envelope{FromRid: claimed, FromGeneration: 1,
@@ -350,4 +321,29 @@ func TestMeshTLS_ForgedRIDDropsAreCountedEachAndLoggedOncePerClaimedRID(t *testi
 			t.Errorf("forgeries as %s logged %d times, want once: %s", claimed, got, log.String())
 		}
 	}
+}
+
+// joinMallory starts mallory, a mesh node with a valid fleet certificate of its own,
+// joined to n0; it returns mallory (killed with the test) and its member as n0 admits
+// it.
+func joinMallory(t *testing.T, p *testkit.FleetPKI, key []byte, n0 *meshnode.Node) (*mesh.Node, mesh.Member) {
+	t.Helper()
+	f := issue(t, p, "mallory")
+	certs, err := meshtls.Load(meshtls.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := mesh.Start(context.Background(), mesh.Config{RID: "mallory", TLS: certs, GossipKeys: [][]byte{key},
+		Join: []string{n0.MeshAddr()}, Preset: mesh.PresetTest, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { meshtest.KillMesh(mallory) })
+	var m mesh.Member
+	testkit.Eventually(t, wait, "node-0 admits mallory (a valid fleet certificate)", func() bool {
+		var ok bool
+		m, ok = n0.Membership().Member("mallory")
+		return ok
+	})
+	return mallory, m
 }
